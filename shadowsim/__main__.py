@@ -1,0 +1,5 @@
+import sys
+
+from shadowsim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,76 @@
+"""`shadowsim` command line: one sub-command per module in `shadowsim.commands`.
+
+Each command module exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
+Modules are imported lazily so `shadowsim --help` stays fast and one broken command cannot hide the others.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# (module name under shadowsim.commands, one-line help) in the order --help shows them.
+COMMANDS: list[tuple[str, str]] = [
+    ("predict", "simulate an SGLang server on a workload and print TTFT/TPOT/throughput"),
+    ("validate", "compare predictions with a file of real benchmark measurements"),
+    ("calibrate", "fit calibration factors from per-op tables or end-to-end measurements"),
+    ("parse", "read an SGLang log/metrics/trace file and print the events shadowsim sees"),
+    ("schema", "print the JSON Schema of shadowsim's trace events"),
+    ("publish", "ship a log, metrics or trace file (or a ZMQ feed) into Kafka"),
+    ("broker", "run the embedded Kafka-compatible broker (Tansu) on loopback"),
+    ("run", "the live shadow: consume events, simulate every instance, export to Prometheus"),
+    ("demo", "end-to-end demo on the embedded broker with emulated SGLang instances"),
+]
+
+
+def _load(name: str):
+    return importlib.import_module(f"shadowsim.commands.{name}")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shadowsim",
+        description="Shadow simulator for SGLang serving: predict, validate and watch live servers.",
+        epilog="Run `shadowsim COMMAND --help` for the options of one command.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_ in COMMANDS:
+        if only is not None and name != only:
+            sub.add_parser(name.replace("_", "-"), help=help_, add_help=False)
+            continue
+        try:
+            mod = _load(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"shadowsim.commands.{name}":
+                raise
+            continue  # command not built yet
+        p = sub.add_parser(
+            name.replace("_", "-"),
+            help=help_,
+            description=(mod.__doc__ or help_).strip(),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        mod.add_arguments(p)
+        p.set_defaults(_module=mod)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in argv if not a.startswith("-")), None)
+    known = {n for n, _ in COMMANDS}
+    parser = build_parser(first if first in known else None)
+    args = parser.parse_args(argv)
+    if getattr(args, "_module", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args._module.run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

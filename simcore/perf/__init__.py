@@ -1,0 +1,1 @@
+"""GPU step latency models (see simcore.perf.base for the interface)."""
