@@ -1,0 +1,199 @@
+"""SGLang server settings as a typed, frozen model, with SGLang's own flag names and per-version defaults.
+
+Field names are the server flags with dashes replaced by underscores (``--chunked-prefill-size`` →
+``chunked_prefill_size``). Fields left as None are resolved by :func:`resolve` from the GPU memory and the
+version family, following sglang-internals.md §2.12–2.13 and §6.1:
+
+- ``0.4``  : 0.4.x (default policy ``lpm`` up to 0.4.3, 0.4.10 CUDA-graph list, mem_fraction table)
+- ``0.5``  : 0.5.0 … 0.5.9 (reservation of ignore_eos requests uses new_token_ratio; max_prefill_tokens applies
+  with chunking on)
+- ``0.5.23``: 0.5.23 (ignore_eos reserved at ratio 1.0, +page_size reservation per request, max_prefill_tokens
+  only when chunking is off, prefill CUDA-graph memory term)
+"""
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from simcore.errors import UserError
+
+VersionFamily = Literal["0.4", "0.5", "0.5.23"]
+Policy = Literal["fcfs", "lpm", "dfs-weight", "lof", "random"]
+POLICIES: tuple[str, ...] = ("fcfs", "lpm", "dfs-weight", "lof", "random")
+
+GiB = 1024**3
+
+
+def version_family(version: str) -> VersionFamily:
+    """Map an SGLang version string (``0.5.8.post1``, ``v0.4.6``) to the family whose rules we model."""
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
+    if not m:
+        raise UserError("sglang_version", f"cannot read version {version!r}", "use a form like 0.5.9 or 0.4.10")
+    major, minor, patch = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+    if (major, minor) < (0, 5):
+        return "0.4"
+    if (major, minor) == (0, 5) and patch < 23:
+        return "0.5"
+    return "0.5.23"
+
+
+def _version_tuple(version: str) -> tuple[int, int, int]:
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
+    assert m is not None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+class ServerSettings(BaseModel):
+    """The scheduler- and memory-relevant flags of one SGLang server (one TP group)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sglang_version: str = "0.5.9"
+    schedule_policy: Policy | None = None
+    schedule_conservativeness: float = Field(1.0, gt=0)
+    max_prefill_tokens: int = Field(16384, ge=1)
+    chunked_prefill_size: int | None = None  # None → by GPU memory; -1 (or 0) disables chunking
+    max_running_requests: int | None = Field(None, ge=1)
+    max_total_tokens: int | None = Field(None, ge=1)  # cap on (or explicit) KV pool size in tokens
+    mem_fraction_static: float | None = Field(None, gt=0, lt=1)
+    page_size: int = Field(1, ge=1)
+    tp_size: int = Field(1, ge=1)
+    dp_size: int = Field(1, ge=1)
+    pp_size: int = Field(1, ge=1)
+    kv_cache_dtype: str = "auto"
+    context_length: int | None = Field(None, ge=2)
+    disable_overlap_schedule: bool = False
+    enable_mixed_chunk: bool = False
+    disable_radix_cache: bool = False
+    enable_priority_scheduling: bool = False
+    disable_cuda_graph: bool = False
+    disable_cuda_graph_padding: bool = False
+    cuda_graph_max_bs: int | None = Field(None, ge=1)
+    cuda_graph_bs: tuple[int, ...] | None = None
+    stream_interval: int = Field(1, ge=1)
+    # Environment knobs of the scheduler (SGLANG_* variables), with SGLang's defaults.
+    init_new_token_ratio: float = Field(0.7, gt=0, le=1)
+    min_new_token_ratio_factor: float = Field(0.14, gt=0, le=1)
+    new_token_ratio_decay_steps: int = Field(600, ge=1)
+    clip_max_new_tokens_estimation: int = Field(4096, ge=1)
+    retract_decode_steps: int = Field(20, ge=1)
+    lpm_fallback_queue_len: int = Field(128, ge=0)  # LPM → FCFS above this many waiting requests
+
+    @field_validator("sglang_version")
+    @classmethod
+    def _check_version(cls, v: str) -> str:
+        version_family(v)
+        return v
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> "ServerSettings":
+        cps = self.chunked_prefill_size
+        if cps is not None and cps > 0 and cps < self.page_size:
+            raise UserError("chunked_prefill_size", f"{cps} is smaller than page_size {self.page_size}",
+                            "use a multiple of the page size")
+        if self.enable_mixed_chunk and cps is not None and cps <= 0:
+            raise UserError("enable_mixed_chunk", "mixed chunk requires chunked prefill",
+                            "set --chunked-prefill-size or drop --enable-mixed-chunk")
+        return self
+
+    # ---- derived values -------------------------------------------------------------------------------
+    @property
+    def family(self) -> VersionFamily:
+        return version_family(self.sglang_version)
+
+    @property
+    def chunking_enabled(self) -> bool:
+        return self.chunked_prefill_size is not None and self.chunked_prefill_size > 0
+
+    @property
+    def min_new_token_ratio(self) -> float:
+        return min(self.init_new_token_ratio * self.min_new_token_ratio_factor, 1.0)
+
+    @property
+    def new_token_ratio_decay(self) -> float:
+        return (self.init_new_token_ratio - self.min_new_token_ratio) / self.new_token_ratio_decay_steps
+
+    @property
+    def policy(self) -> str:
+        """The effective policy (version default when not given)."""
+        if self.schedule_policy is not None:
+            return self.schedule_policy
+        return "lpm" if _version_tuple(self.sglang_version) <= (0, 4, 3) else "fcfs"
+
+
+def default_chunked_prefill_size(gpu_memory_bytes: int | None, family: VersionFamily) -> int:
+    """§6.1 table: chunked_prefill_size by GPU memory and version."""
+    if gpu_memory_bytes is None:
+        return 4096
+    gb = gpu_memory_bytes / GiB
+    if gb < 20:
+        return 2048
+    if gb < 35:
+        return 4096 if family == "0.5.23" else 2048
+    if gb < 60:
+        return 8192 if family == "0.4" else 4096
+    if gb < 160:
+        return 8192
+    return 16384
+
+
+def default_cuda_graph_max_bs(gpu_memory_bytes: int | None, family: VersionFamily, tp_size: int) -> int:
+    """§6.1 table: the largest captured decode batch size."""
+    if gpu_memory_bytes is None:
+        return 160
+    gb = gpu_memory_bytes / GiB
+    small_tp = tp_size < 4
+    if gb < 20:
+        return 8 if (family != "0.4" or small_tp) else 80
+    if gb < 35:
+        if family == "0.5.23":
+            return 48 if small_tp else 160
+        if family == "0.5":
+            return 24 if small_tp else 80
+        return 8 if small_tp else 80
+    if gb < 60:
+        return 32 if small_tp else 160
+    if gb < 160:
+        if family == "0.4":
+            return 160 if gb < 90 else 256
+        return 256 if small_tp else 512
+    return 512
+
+
+def cuda_graph_batch_sizes(max_bs: int, family: VersionFamily, gpu_memory_bytes: int | None = None) -> tuple[int, ...]:
+    """The decode batch sizes SGLang captures (§6.1), ascending, all ≤ max_bs, always including max_bs."""
+    if family == "0.4":
+        sizes = [1, 2, 4, 8] + list(range(16, 161, 8))
+        gb = (gpu_memory_bytes or 0) / GiB
+        if gb > 90:
+            sizes += list(range(168, 257, 8))
+        if gb > 160:
+            sizes += list(range(272, 513, 16))
+    else:
+        sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, max_bs + 1, 32))
+    out = sorted({s for s in sizes if s <= max_bs} | {max_bs})
+    return tuple(out)
+
+
+def resolve(settings: ServerSettings, gpu_memory_bytes: int | None) -> ServerSettings:
+    """Fill the GPU-dependent defaults (chunked prefill size, CUDA-graph sizes, policy). Idempotent."""
+    fam = settings.family
+    upd: dict[str, object] = {}
+    if settings.schedule_policy is None:
+        upd["schedule_policy"] = settings.policy
+    if settings.chunked_prefill_size is None:
+        upd["chunked_prefill_size"] = default_chunked_prefill_size(gpu_memory_bytes, fam)
+    max_bs = settings.cuda_graph_max_bs
+    if max_bs is None:
+        max_bs = default_cuda_graph_max_bs(gpu_memory_bytes, fam, settings.tp_size)
+        if settings.max_running_requests is not None:
+            max_bs = min(max_bs, settings.max_running_requests)
+        upd["cuda_graph_max_bs"] = max_bs
+    if settings.cuda_graph_bs is None:
+        if settings.disable_cuda_graph_padding:
+            upd["cuda_graph_bs"] = tuple(range(1, max_bs + 1))
+        else:
+            upd["cuda_graph_bs"] = cuda_graph_batch_sizes(max_bs, fam, gpu_memory_bytes)
+    return settings.model_copy(update=upd) if upd else settings
