@@ -1,0 +1,129 @@
+"""Dead letters: records we could not decode, parked on a side topic so they never block their partition.
+
+A dead letter carries the original key and value bytes unchanged, plus headers naming where it came from:
+
+=================== =========================================================
+header              value (UTF-8)
+=================== =========================================================
+``source_topic``     topic the bad record was read from
+``source_partition`` its partition, decimal
+``source_offset``    its offset, decimal
+``error``            why it was rejected (first line of the error, ≤ 1000 B)
+=================== =========================================================
+
+The original record's headers follow, each name prefixed with ``orig.``. The dead letter goes to partition
+``source_partition % partitions(dead-letter topic)``, so the dead letters of one source partition stay in order.
+
+Delivery is at-least-once, like everything else on Kafka: a consumer killed after producing a dead letter but
+before its offsets were saved re-reads the bad record and parks it again. ``(source_topic, source_partition,
+source_offset)`` identifies a dead letter; readers de-duplicate on it (``DeadLetter.source``).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+#: Kafka has no header size limit to speak of, but a 1 MB pydantic error dump helps nobody.
+MAX_ERROR_BYTES = 1000
+ORIG_PREFIX = "orig."
+
+
+def error_text(exc: BaseException | str) -> str:
+    """One line describing ``exc``, at most ``MAX_ERROR_BYTES`` bytes of UTF-8."""
+    text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    text = " ".join(text.split())  # pydantic errors span many lines; headers are read one per line
+    raw = text.encode()[:MAX_ERROR_BYTES]
+    return raw.decode(errors="ignore")
+
+
+def dead_letter_headers(topic: str, partition: int, offset: int, error: BaseException | str,
+                        original: list[tuple[str, bytes]] | None = None) -> list[tuple[str, bytes]]:
+    """The headers of a dead letter for record ``topic``/``partition``/``offset`` (see the module docstring)."""
+    headers = [
+        ("source_topic", topic.encode()),
+        ("source_partition", str(partition).encode()),
+        ("source_offset", str(offset).encode()),
+        ("error", error_text(error).encode()),
+    ]
+    for name, value in original or []:
+        headers.append((ORIG_PREFIX + name, value if value is not None else b""))
+    return headers
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A dead letter as read back from the dead-letter topic."""
+
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    error: str
+    key: bytes | None
+    value: bytes | None
+    original_headers: tuple[tuple[str, bytes], ...] = ()
+
+    @property
+    def source(self) -> tuple[str, int, int]:
+        """The identity of the bad record: ``(topic, partition, offset)``."""
+        return (self.source_topic, self.source_partition, self.source_offset)
+
+    @classmethod
+    def from_record(cls, record: Any) -> DeadLetter:
+        """From a kafka-python ``ConsumerRecord``. Raises ``ValueError`` when the source headers are missing."""
+        h: dict[str, bytes] = {}
+        orig: list[tuple[str, bytes]] = []
+        for name, value in record.headers or []:
+            if name.startswith(ORIG_PREFIX):
+                orig.append((name[len(ORIG_PREFIX):], value))
+            else:
+                h[name] = value
+        try:
+            return cls(
+                source_topic=h["source_topic"].decode(),
+                source_partition=int(h["source_partition"]),
+                source_offset=int(h["source_offset"]),
+                error=h.get("error", b"").decode(errors="replace"),
+                key=record.key,
+                value=record.value,
+                original_headers=tuple(orig),
+            )
+        except KeyError as exc:
+            raise ValueError(f"not a dead letter: header {exc.args[0]!r} missing") from exc
+
+
+def read_dead_letters(bootstrap_servers: str, topic: str, *, idle_timeout_s: float = 2.0,
+                      max_wait_s: float = 60.0) -> list[DeadLetter]:
+    """Read every dead letter now on ``topic`` (all partitions, from the beginning, no consumer group).
+
+    Stops once the end offsets of every partition are reached, or after ``idle_timeout_s`` without a record
+    (whichever comes first), and never waits longer than ``max_wait_s``.
+    """
+    from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False,
+                             auto_offset_reset="earliest", group_id=None)
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        if not tps:
+            return []
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        out: list[DeadLetter] = []
+        deadline = time.monotonic() + max_wait_s
+        last_record = time.monotonic()
+        while time.monotonic() < deadline:
+            if all(consumer.position(tp) >= end[tp] for tp in tps):
+                break
+            batch = consumer.poll(timeout_ms=200)
+            for recs in batch.values():
+                out.extend(DeadLetter.from_record(r) for r in recs)
+            if batch:
+                last_record = time.monotonic()
+            elif time.monotonic() - last_record > idle_timeout_s:
+                break
+        return out
+    finally:
+        consumer.close()
