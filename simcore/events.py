@@ -34,7 +34,8 @@ NonNegFloat = Annotated[float, Field(ge=0.0)]
 class _EventBase(BaseModel):
     """Fields every event carries."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # allow_inf_nan=False: JSON cannot carry them and no SGLang quantity is infinite; reject at the edge.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     schema_version: Literal[1] = 1
     instance_id: str = "default"

@@ -66,6 +66,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def _connect_any(bootstrap_servers: str) -> None:
+    """Open (and close) a TCP connection to the first of ``host:port[,host:port...]`` that accepts one."""
+    last: OSError | None = None
+    for server in bootstrap_servers.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=1.0):
+                return
+        except OSError as exc:
+            last = exc
+    raise last or OSError(f"no server in {bootstrap_servers!r}")
+
+
 def wait_until_answers(bootstrap_servers: str, timeout_s: float) -> None:
     """Block until a Kafka client can fetch metadata from ``bootstrap_servers``; raise ``TimeoutError`` otherwise."""
     from kafka import KafkaAdminClient  # noqa: PLC0415 - keep `import streams.broker` cheap
@@ -73,11 +86,9 @@ def wait_until_answers(bootstrap_servers: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     while time.monotonic() < deadline:
-        host, _, port = bootstrap_servers.rpartition(":")
         try:
             # A TCP connect first: cheap, and kafka-python logs noisily when nothing listens.
-            with socket.create_connection((host, int(port)), timeout=1.0):
-                pass
+            _connect_any(bootstrap_servers)
             admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=3000)
             try:
                 admin.list_topics()

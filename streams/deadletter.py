@@ -92,9 +92,9 @@ class DeadLetter:
             raise ValueError(f"not a dead letter: header {exc.args[0]!r} missing") from exc
 
 
-def read_dead_letters(bootstrap_servers: str, topic: str, *, idle_timeout_s: float = 2.0,
-                      max_wait_s: float = 60.0) -> list[DeadLetter]:
-    """Read every dead letter now on ``topic`` (all partitions, from the beginning, no consumer group).
+def read_dead_letters(bootstrap_servers: str, topic: str, *, partitions: list[int] | None = None,
+                      idle_timeout_s: float = 2.0, max_wait_s: float = 60.0) -> list[DeadLetter]:
+    """Read every dead letter now on ``topic`` (``partitions``, default all; from the beginning; no group).
 
     Stops once the end offsets of every partition are reached, or after ``idle_timeout_s`` without a record
     (whichever comes first), and never waits longer than ``max_wait_s``.
@@ -105,6 +105,8 @@ def read_dead_letters(bootstrap_servers: str, topic: str, *, idle_timeout_s: flo
                              auto_offset_reset="earliest", group_id=None)
     try:
         parts = consumer.partitions_for_topic(topic) or set()
+        if partitions is not None:
+            parts = {p for p in parts if p in set(partitions)}
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         if not tps:
             return []

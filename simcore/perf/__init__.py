@@ -1,1 +1,56 @@
-"""GPU step latency models (see simcore.perf.base for the interface)."""
+"""GPU step latency models (see simcore.perf.base for the interface).
+
+``build_latency_model(model, gpu, tp, precision)`` is the one entry point the rest of shadowsim uses:
+
+>>> from simcore.models import load_model
+>>> from simcore.gpus import load_gpu
+>>> lm = build_latency_model(load_model("Qwen/Qwen3-32B"), load_gpu("h100"), tp=2, precision="bf16")
+>>> lm.step_time(BatchShape(num_decode=16, decode_sum_kv=16 * 2048, cuda_graph_bs=16)).gpu_s  # doctest: +SKIP
+
+Backends: ``table`` interpolates SGLang-measured per-op tables (H100/H200/A100 SXM, B200, L40S);
+``roofline`` uses peak FLOP/s and bandwidth with efficiencies measured on the tabulated GPUs; ``auto``
+picks ``table`` when the GPU has tables. ``linear`` is `LinearLatencyModel`, for tests.
+"""
+from __future__ import annotations
+
+from simcore.errors import UserError
+from simcore.gpus import GpuSpec
+from simcore.models.spec import ModelSpec, normalize_precision
+from simcore.perf.base import BatchShape, LatencyModel, LinearLatencyModel, StepTime
+from simcore.perf.costs import RooflineCosts, TableCosts
+from simcore.perf.profile import CalibrationProfile, default_profile
+from simcore.perf.step import StepLatencyModel
+from simcore.perf.tables import load_tables, tables_dir_names
+
+BACKENDS = ("auto", "table", "roofline", "linear")
+
+__all__ = [
+    "BACKENDS", "BatchShape", "CalibrationProfile", "LatencyModel", "LinearLatencyModel", "StepLatencyModel",
+    "StepTime", "build_latency_model", "default_profile", "tables_dir_names",
+]
+
+
+def build_latency_model(model: ModelSpec, gpu: GpuSpec, tp: int, precision: str, *, backend: str = "auto",
+                        profile: CalibrationProfile | None = None, kv_dtype_bytes: int = 2) -> LatencyModel:
+    """The step-latency model for ``model`` served at ``precision`` on ``tp`` GPUs of type ``gpu``.
+
+    ``profile`` defaults to the shipped calibration (simcore/perf/data/default_profile.json).
+    Raises UserError for an unknown backend or precision, or ``table`` on a GPU without tables.
+    """
+    if backend not in BACKENDS:
+        raise UserError("--latency-backend", f"unknown backend {backend!r}", f"use one of {', '.join(BACKENDS)}")
+    if tp < 1:
+        raise UserError("--tp", f"tensor parallelism must be ≥ 1, got {tp}")
+    prec = normalize_precision(precision)
+    if backend == "linear":
+        return LinearLatencyModel()
+    prof = profile if profile is not None else default_profile()
+    roof = RooflineCosts(gpu, dict(prof.roofline))
+    tables = load_tables(gpu.name) if backend in ("auto", "table") else None
+    if backend == "table" and tables is None:
+        raise UserError("--latency-backend", f"no measured tables for GPU {gpu.name}",
+                        f"tables exist for {', '.join(tables_dir_names())}; use --latency-backend roofline")
+    if tables is not None:
+        return StepLatencyModel(model, TableCosts(tables, roof), tp, prec, prof,
+                                kv_dtype_bytes=kv_dtype_bytes, backend="table")
+    return StepLatencyModel(model, roof, tp, prec, prof, kv_dtype_bytes=kv_dtype_bytes, backend="roofline")

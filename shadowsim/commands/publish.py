@@ -1,0 +1,169 @@
+"""Ship an SGLang log, metrics page or trace file — or a live ZMQ feed — into Kafka, where `shadowsim run`
+consumes it.
+
+By default the file is decoded here and each event goes out as canonical event JSON keyed by its instance id
+(so one instance's events stay in order on one partition). --raw sends the lines as they are, as a log shipper
+(Vector, Fluent Bit) would; the consumer decodes them then.
+
+  --follow        keep reading as the file grows, across rotation (like tail -F); Ctrl-C stops
+  --speed N       replay a recorded file at N times its own timing (event timestamps); 1 = real time
+  --zmq ENDPOINT  bridge SGLang's ZMQ feed instead of a file: --zmq-kind kv-events (--kv-events-config) or
+                  forward-pass (--enable-forward-pass-metrics); connect to the endpoint SGLang binds
+
+Progress is shown on stderr when it is a terminal; --json prints a summary object on stdout at the end.
+
+Examples:
+  shadowsim publish server.log --bootstrap-servers 127.0.0.1:9092 --instance-id node-1
+  shadowsim publish server.log --follow --raw --instance-id node-1 --bootstrap-servers kafka:9092
+  shadowsim publish trace.jsonl --format mooncake --speed 10 --bootstrap-servers 127.0.0.1:9092
+  shadowsim publish --zmq tcp://10.0.0.5:5557 --zmq-kind kv-events --instance-id node-1 \\
+      --bootstrap-servers 127.0.0.1:9092
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from shadowsim.errors import UserError
+
+DEFAULT_TOPIC = "sglang.events"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from streams.adapters.zmq import KINDS  # noqa: PLC0415
+    from streams.decode import FORMATS  # noqa: PLC0415
+
+    parser.add_argument("file", metavar="FILE", nargs="?", help="the file to ship (omit with --zmq)")
+    parser.add_argument("--bootstrap-servers", metavar="HOST:PORT[,...]",
+                        help="Kafka to publish to (required; `shadowsim broker` runs one on 127.0.0.1:9092)")
+    parser.add_argument("--topic", default=DEFAULT_TOPIC, help=f"topic to publish to (default {DEFAULT_TOPIC})")
+    parser.add_argument("--partitions", type=int, default=4, metavar="N",
+                        help="partitions when the topic has to be created (default 4)")
+    parser.add_argument("--format", "-f", default="auto", choices=FORMATS,
+                        help="input format (default: auto-detected; see `shadowsim parse --help`)")
+    parser.add_argument("--instance-id", default=None,
+                        help="SGLang instance the input belongs to (default: from the input, else 'default')")
+    parser.add_argument("--raw", action="store_true", help="send lines as they are instead of decoded events")
+    parser.add_argument("--follow", action="store_true", help="follow the file as it grows, across rotation")
+    parser.add_argument("--speed", type=float, default=None, metavar="N",
+                        help="replay at N x the recorded timing (default: as fast as possible)")
+    parser.add_argument("--idle-timeout-s", type=float, default=None, metavar="S",
+                        help="with --follow or --zmq: stop after S seconds without new input (default: never)")
+    parser.add_argument("--zmq", metavar="ENDPOINT", help="bridge a ZMQ feed, e.g. tcp://127.0.0.1:5557")
+    parser.add_argument("--zmq-kind", choices=KINDS, default=None, help="what the ZMQ feed carries (with --zmq)")
+    parser.add_argument("--max-messages", type=int, default=None, metavar="N",
+                        help="with --zmq: stop after N messages (default: never)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress line, even on a terminal")
+    parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout at the end")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except UserError as exc:
+        print(f"shadowsim: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _check(args: argparse.Namespace) -> None:
+    if not args.bootstrap_servers:
+        raise UserError("--bootstrap-servers", "required",
+                        "give your Kafka's host:port, or start one with `shadowsim broker` and use 127.0.0.1:9092")
+    if args.zmq:
+        if args.file:
+            raise UserError("FILE", "give either a FILE or --zmq, not both")
+        if not args.zmq_kind:
+            raise UserError("--zmq-kind", "required with --zmq", "kv-events or forward-pass")
+        if args.follow or args.speed or args.raw:
+            raise UserError("--zmq", "--follow, --speed and --raw apply to files only")
+        return
+    if args.zmq_kind or args.max_messages is not None:
+        raise UserError("--zmq-kind", "--zmq-kind and --max-messages apply to --zmq only")
+    if not args.file:
+        raise UserError("FILE", "missing", "give a log, metrics or trace file, or --zmq ENDPOINT")
+    path = Path(args.file)
+    if path.is_dir():
+        raise UserError("FILE", f"{path} is a directory", "give one file; loop in the shell for many")
+    if not path.exists() and not args.follow:
+        raise UserError("FILE", f"{path} does not exist", "check the path (with --follow it may appear later)")
+    if args.follow and args.speed:
+        raise UserError("--speed", "cannot be combined with --follow",
+                        "--speed replays a recorded file; --follow ships lines as they are written")
+    if args.partitions < 1:
+        raise UserError("--partitions", f"must be >= 1, got {args.partitions}")
+
+
+def _producer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from streams.broker import create_topics, wait_until_answers  # noqa: PLC0415
+    from streams.kafka_io import EventProducer  # noqa: PLC0415
+
+    try:
+        wait_until_answers(args.bootstrap_servers, timeout_s=10.0)
+    except (TimeoutError, ValueError) as exc:
+        raise UserError("--bootstrap-servers", f"no Kafka answers at {args.bootstrap_servers} ({exc})",
+                        "is the broker running? `shadowsim broker` starts one on 127.0.0.1:9092") from None
+    try:
+        create_topics(args.bootstrap_servers, {args.topic: args.partitions})
+    except Exception as exc:  # noqa: BLE001 - no admin rights on a managed Kafka: the topic may exist anyway
+        print(f"shadowsim publish: could not check/create topic {args.topic}: {exc}", file=sys.stderr)
+    return EventProducer(args.bootstrap_servers, args.topic)
+
+
+def _run(args: argparse.Namespace) -> int:
+    _check(args)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    producer = _producer(args)
+    summary: dict[str, object]
+    try:
+        if args.zmq:
+            summary = _run_zmq(args, producer, stop)
+        else:
+            summary = _run_file(args, producer, stop)
+    except KeyboardInterrupt:
+        summary = {"interrupted": True}
+    finally:
+        producer.flush()
+        producer.close()
+        signal.signal(signal.SIGTERM, previous)
+    summary.update({"topic": args.topic, "bootstrap_servers": args.bootstrap_servers})
+    if args.json:
+        print(json.dumps(summary, sort_keys=True))
+    else:
+        parts = ", ".join(f"{k} {v}" for k, v in summary.items()
+                          if k not in ("topic", "bootstrap_servers", "dead_letter_samples"))
+        print(f"shadowsim publish: {parts} -> {args.topic}", file=sys.stderr)
+        for sample in summary.get("dead_letter_samples", []) or []:  # type: ignore[union-attr]
+            print(f"  dead letter: {sample}", file=sys.stderr)
+    return 0
+
+
+def _run_file(args: argparse.Namespace, producer, stop: threading.Event) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    from streams.publish import FilePublisher, Progress, terminal_progress  # noqa: PLC0415
+
+    progress = Progress(None) if args.no_progress or args.json else terminal_progress()
+    pub = FilePublisher(producer, fmt=args.format, instance_id=args.instance_id, raw=args.raw, speed=args.speed,
+                        progress=progress)
+    if args.follow:
+        stats = pub.follow(args.file, stop=stop.is_set, idle_timeout_s=args.idle_timeout_s)
+    else:
+        stats = pub.publish_file(args.file)
+    return stats.as_dict()
+
+
+def _run_zmq(args: argparse.Namespace, producer, stop: threading.Event) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    import dataclasses  # noqa: PLC0415
+
+    from streams.zmq_bridge import ZmqBridge  # noqa: PLC0415
+
+    bridge = ZmqBridge(args.zmq, args.zmq_kind, producer, instance_id=args.instance_id)
+    try:
+        stats = bridge.run(max_messages=args.max_messages, idle_timeout_s=args.idle_timeout_s, stop=stop.is_set)
+    finally:
+        bridge.close()
+    return dataclasses.asdict(stats)
+

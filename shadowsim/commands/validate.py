@@ -1,0 +1,113 @@
+"""Compare shadowsim's predictions with a file of real benchmark measurements.
+
+Each row of MEASUREMENTS.csv describes one bench_serving run (columns: id, model, gpu, precision, tp, ep,
+dp_attention, isl, osl, concurrency, request_rate, num_requests, sglang_version, measured_ttft_ms,
+measured_tpot_ms, measured_throughput_rps; blanks allowed; an optional max_total_tokens column pins the KV
+pool to what the server reported). shadowsim simulates the same benchmark and prints, per row, predicted vs
+measured mean TTFT, mean TPOT and throughput, then MAPE, median and P90 absolute percentage error (percent).
+
+Protocol: with `concurrency` and no `request_rate`, a closed loop of `concurrency` clients sending
+back-to-back requests of exactly isl/osl tokens (random content, ignore_eos), 10 × concurrency requests unless
+num_requests is given; otherwise Poisson arrivals at request_rate. Statistics as bench_serving computes them.
+Rows that cannot be simulated (unknown model or GPU, expert parallelism, DP attention) are listed as skipped
+with the reason; they never stop the run. See docs/accuracy.md.
+
+Examples:
+  shadowsim validate ../shared/data/validation/sglang_qwen3_32b_h100.csv
+  shadowsim validate measurements.csv --json > report.json
+  shadowsim validate measurements.csv --out rows.csv --profile my_profile.json
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from typing import Any
+
+from simcore.errors import UserError
+
+NAME = "validate"
+HELP = "compare predictions with a file of real benchmark measurements"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("measurements", metavar="MEASUREMENTS.csv", help="measurement file (format above)")
+    parser.add_argument("--json", action="store_true",
+                        help='print {"rows", "summary", "skipped"} as JSON instead of tables (errors in percent)')
+    parser.add_argument("--out", metavar="ROWS.csv", default=None,
+                        help="also write one CSV line per simulated row: predicted, measured, error")
+    parser.add_argument("--profile", metavar="PROFILE.json", default=None,
+                        help="calibration profile from `shadowsim calibrate` (default: the shipped one)")
+    parser.add_argument("--latency-backend", default="auto", choices=("auto", "table", "roofline"),
+                        help="auto = measured per-op tables when the GPU has them, else roofline")
+    parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except UserError as exc:
+        print(f"shadowsim: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _fmt(v: Any, nd: int = 1) -> str:
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
+def _run(args: argparse.Namespace) -> int:
+    from simcore.perf.profile import CalibrationProfile
+    from simcore.perf.validation import read_rows, validate
+
+    rows = read_rows(args.measurements)
+    profile = CalibrationProfile.load(args.profile) if args.profile else None
+
+    def progress(i: int, n: int, row: Any) -> None:
+        if not args.quiet:
+            print(f"[{i + 1}/{n}] {row.id}", file=sys.stderr, flush=True)
+
+    out = validate(rows, profile=profile, backend=args.latency_backend, seed=args.seed, progress=progress)
+    out.pop("_results", None)
+    if args.out:
+        _write_rows(args.out, out["rows"])
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    _print_tables(out)
+    return 0
+
+
+def _write_rows(path: str, rows: list[dict[str, Any]]) -> None:
+    try:
+        with open(path, "w", newline="") as fh:
+            if not rows:
+                fh.write("")
+                return
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    except OSError as exc:
+        raise UserError("--out", f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _print_tables(out: dict[str, Any]) -> None:
+    head = (f"{'id':<40} {'tp':>2} {'isl':>5} {'osl':>4} {'conc':>4} | {'TTFT ms pred':>12} {'meas':>9} {'err%':>6} |"
+            f" {'TPOT ms pred':>12} {'meas':>7} {'err%':>6} | {'req/s pred':>10} {'meas':>7} {'err%':>6}")
+    print(head)
+    print("-" * len(head))
+    for r in out["rows"]:
+        print(f"{str(r['id'])[-40:]:<40} {r['tp']:>2} {r['isl']:>5} {r['osl']:>4} {_fmt(r['concurrency'], 0):>4} |"
+              f" {_fmt(r['predicted_ttft_ms']):>12} {_fmt(r['measured_ttft_ms']):>9} {_fmt(r['ttft_ape_pct']):>6} |"
+              f" {_fmt(r['predicted_tpot_ms'], 2):>12} {_fmt(r['measured_tpot_ms'], 2):>7} {_fmt(r['tpot_ape_pct']):>6} |"
+              f" {_fmt(r['predicted_throughput_rps'], 3):>10} {_fmt(r['measured_throughput_rps'], 3):>7}"
+              f" {_fmt(r['throughput_ape_pct']):>6}")
+    print()
+    print(f"{'metric':<11} {'n':>3} {'MAPE %':>8} {'median %':>9} {'P90 %':>7}")
+    for m, s in out["summary"].items():
+        print(f"{m:<11} {s['n']:>3} {_fmt(s['mape']):>8} {_fmt(s['median_ape']):>9} {_fmt(s['p90_ape']):>7}")
+    if out["skipped"]:
+        print(f"\nskipped {len(out['skipped'])} row(s):")
+        for s in out["skipped"]:
+            print(f"  {s['id']}: {s['reason']}")

@@ -1,0 +1,141 @@
+"""Anchored mode: predict a request's latencies from the batches the server *actually* ran.
+
+The free-running twin simulates the scheduler too, so a queueing mistake early on shifts every later prediction.
+The anchored view removes that: it takes the observed sequence of forward passes (``forward_pass`` events, or
+failing those the ``Prefill batch`` / ``Decode batch`` log lines, each decode line standing for
+``decode_log_interval`` steps) and asks the latency model only for each step's duration. ``S(t)`` is the summed
+*predicted* duration of the observed steps that ended by event time ``t``; a request that arrived at ``a``, got its
+first token at ``f`` and finished at ``e`` is predicted as
+
+    TTFT = S(f) − S(a),   e2e = S(e) − S(a),   TPOT = (S(e) − S(f)) / (output_tokens − 1).
+
+So anchored errors measure the latency model alone (plus CPU gaps the events do not show), and do not accumulate.
+The same observed/predicted step pairs feed the online calibrator (performance drift).
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+from simcore.events import DecodeBatch, ForwardPass, PrefillBatch
+from simcore.perf.base import BatchShape, LatencyModel
+from shadowsim.shadow.drift import OnlineCalibrator
+
+#: SGLang prints one ``Decode batch`` line every 40 decode steps (``--decode-log-interval``).
+DECODE_LOG_INTERVAL = 40
+
+
+def padded_bs(bs: int, graph_sizes: tuple[int, ...]) -> int | None:
+    """The captured CUDA-graph batch size a decode batch of ``bs`` pads to; None = runs eagerly."""
+    i = bisect.bisect_left(graph_sizes, bs)
+    return graph_sizes[i] if i < len(graph_sizes) else None
+
+
+def step_time_s(latency: LatencyModel, shape: BatchShape) -> float:
+    st = latency.step_time(shape)
+    return st.gpu_s + st.cpu_s
+
+
+@dataclass
+class StepTimeline:
+    """Cumulative predicted step time of the observed steps, as a step function of event time."""
+
+    ts: list[float] = field(default_factory=list)
+    cum_s: list[float] = field(default_factory=list)
+    saw_forward_passes: bool = False
+
+    def total(self) -> float:
+        return self.cum_s[-1] if self.cum_s else 0.0
+
+    def add(self, ts: float, predicted_s: float) -> None:
+        # Events of one instance arrive nearly in time order; an out-of-order step is placed at the newest time so
+        # that S stays monotone (its duration is counted slightly late rather than lost).
+        t = max(ts, self.ts[-1]) if self.ts else ts
+        self.ts.append(t)
+        self.cum_s.append(self.total() + predicted_s)
+
+    def at(self, ts: float) -> float:
+        """S(ts): summed predicted time of the steps that ended at or before ``ts``."""
+        i = bisect.bisect_right(self.ts, ts)
+        return self.cum_s[i - 1] if i else 0.0
+
+    def prune(self, before_ts: float) -> None:
+        """Forget steps older than ``before_ts``; keep one so that S() stays right for later times."""
+        i = bisect.bisect_left(self.ts, before_ts)
+        if i > 1:
+            del self.ts[: i - 1]
+            del self.cum_s[: i - 1]
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"ts": list(self.ts), "cum_s": list(self.cum_s), "fp": self.saw_forward_passes}
+
+    @classmethod
+    def restore(cls, data: dict[str, Any]) -> StepTimeline:
+        return cls(ts=[float(x) for x in data["ts"]], cum_s=[float(x) for x in data["cum_s"]],
+                   saw_forward_passes=bool(data["fp"]))
+
+
+def shape_of_forward_pass(ev: ForwardPass, graph_sizes: tuple[int, ...]) -> tuple[str, BatchShape]:
+    """(op class, batch shape) of a reported forward pass. Per-request splits are unknown, so a prefill is one
+    aggregated extend (exact for models linear in tokens, the usual case for GEMM-dominated prefill)."""
+    mode = ev.forward_mode.lower()
+    is_decode = mode in ("decode", "target_verify", "draft_extend") or (mode != "mixed" and ev.num_extend_tokens == 0)
+    if is_decode:
+        bs = ev.num_decode_reqs if ev.num_decode_reqs is not None else ev.batch_size
+        return "decode", BatchShape(num_decode=bs, decode_sum_kv=ev.sum_kv_tokens or 0,
+                                    cuda_graph_bs=padded_bs(bs, graph_sizes))
+    n_dec = ev.num_decode_reqs or 0
+    return "prefill", BatchShape(extend_lens=(ev.num_extend_tokens,), prefix_lens=(ev.num_cached_tokens or 0,),
+                                 num_decode=n_dec, decode_sum_kv=(ev.sum_kv_tokens or 0) if n_dec else 0)
+
+
+@dataclass
+class Anchor:
+    """Feeds a ``StepTimeline`` and an ``OnlineCalibrator`` from observed batch events of one instance."""
+
+    latency: LatencyModel
+    graph_sizes: tuple[int, ...]
+    calibrator: OnlineCalibrator
+    timeline: StepTimeline = field(default_factory=StepTimeline)
+
+    def on_forward_pass(self, ev: ForwardPass) -> None:
+        op, shape = shape_of_forward_pass(ev, self.graph_sizes)
+        pred = step_time_s(self.latency, shape)
+        self.timeline.saw_forward_passes = True
+        self.timeline.add(ev.ts, pred)
+        self.calibrator.observe(op, ev.duration_s, pred)
+
+    def on_prefill_batch(self, ev: PrefillBatch) -> None:
+        if self.timeline.saw_forward_passes:
+            return  # the exact per-step feed is there; log lines would count the same steps twice
+        shape = BatchShape(extend_lens=(max(ev.new_tokens, 1),), prefix_lens=(ev.cached_tokens,))
+        self.timeline.add(ev.ts, step_time_s(self.latency, shape))
+
+    def on_decode_batch(self, ev: DecodeBatch) -> None:
+        bs = ev.running_reqs
+        if bs == 0:
+            return
+        shape = BatchShape(num_decode=bs, decode_sum_kv=ev.kv_tokens or 0, cuda_graph_bs=padded_bs(bs, self.graph_sizes))
+        pred = step_time_s(self.latency, shape)
+        if ev.gen_throughput_tok_s:
+            # bs tokens per decode step: observed step time = bs / throughput (includes interleaved prefills,
+            # so it is only used when no forward-pass feed exists).
+            if not self.timeline.saw_forward_passes:
+                self.calibrator.observe("decode", bs / ev.gen_throughput_tok_s, pred)
+        if not self.timeline.saw_forward_passes:
+            self.timeline.add(ev.ts, DECODE_LOG_INTERVAL * pred)
+
+    def predict(self, arrival_ts: float, first_token_ts: float | None, finish_ts: float,
+                output_tokens: int) -> dict[str, float] | None:
+        """Anchored TTFT/TPOT/e2e of one finished request, or None when no steps were observed in its lifetime."""
+        s_a, s_e = self.timeline.at(arrival_ts), self.timeline.at(finish_ts)
+        if s_e <= s_a:
+            return None
+        out: dict[str, float] = {"e2e": s_e - s_a}
+        if first_token_ts is not None:
+            s_f = self.timeline.at(first_token_ts)
+            out["ttft"] = s_f - s_a
+            if output_tokens > 1:
+                out["tpot"] = (s_e - s_f) / (output_tokens - 1)
+        return out

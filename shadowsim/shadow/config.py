@@ -1,0 +1,146 @@
+"""Configuration of the live shadow (`shadowsim run --config shadow.yaml`), frozen at the edge.
+
+One ``ShadowConfig`` is built in the entry point (from YAML plus command-line overrides) and each component
+receives only its sub-config. Units are in the field names (``_s`` seconds, ``_tokens`` tokens).
+
+Example ``shadow.yaml``::
+
+    instances:                     # settings per SGLang instance id; `default` applies to unknown instances
+      default:
+        model: Qwen/Qwen3-0.6B
+        gpu: H100-SXM
+        kv_capacity_tokens: 200000
+        settings: {sglang_version: 0.5.9, chunked_prefill_size: 8192}
+    time:
+      allowed_lateness_s: 2.0      # how far behind the newest event an event may still arrive
+      max_wait_s: 60.0             # longest a request waits for its output length before being simulated
+    drift:
+      window_s: 60.0
+      mape_threshold: {ttft: 0.25, tpot: 0.15, e2e: 0.2}
+    snapshot: {dir: ./shadow-state, every_s: 10, every_events: 5000}
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from simcore.errors import UserError
+
+MetricName = Literal["ttft", "tpot", "e2e"]
+METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
+MODES: tuple[str, ...] = ("free", "anchored")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LinearLatencyConfig(_Frozen):
+    """Coefficients of ``simcore.perf.base.LinearLatencyModel`` (seconds per unit), used when no perf model is
+    named or the perf catalogue does not know the model/GPU."""
+
+    base_s: float = 0.006
+    per_extend_token_s: float = 6.0e-5
+    per_decode_req_s: float = 1.0e-4
+    per_kv_token_s: float = 2.0e-8
+    cpu_s: float = 0.0
+
+
+class InstanceConfig(_Frozen):
+    """How to simulate one SGLang instance. ``server_config`` events override ``settings`` field by field."""
+
+    model: str = "unknown"
+    gpu: str | None = None
+    precision: str = "bf16"
+    latency_backend: Literal["perf", "linear"] = Field(
+        "linear", description="'perf': simcore.perf.build_latency_model(model, gpu, tp, precision); 'linear'")
+    linear: LinearLatencyConfig = LinearLatencyConfig()
+    kv_capacity_tokens: int = Field(200_000, ge=1, description="KV pool size when no server_config gives it")
+    settings: dict[str, Any] = Field(default_factory=dict, description="simcore.settings.ServerSettings fields")
+    key_unit: int = Field(1, ge=1, description="tokens per prefix-cache key element: 1 for token ids, 512 for "
+                          "Mooncake block hashes")
+    seed: int = 0
+
+
+class TimeConfig(_Frozen):
+    """Event-time rules (see docs/shadow.md, 'Event time and lag')."""
+
+    allowed_lateness_s: float = Field(2.0, ge=0, description="watermark = newest event time − this")
+    max_wait_s: float = Field(60.0, gt=0, description="a request still running after this long is simulated "
+                              "with an estimated output length")
+    default_output_tokens: int = Field(256, ge=1, description="estimate before any request of the instance finished")
+
+
+class DriftConfig(_Frozen):
+    """Rolling error windows and verdict thresholds."""
+
+    window_s: float = Field(60.0, gt=0, description="event-time length of the rolling MAPE window")
+    min_samples: int = Field(10, ge=1, description="no verdict on fewer finished requests in the window")
+    mape_threshold: dict[str, float] = Field(default_factory=lambda: {"ttft": 0.5, "tpot": 0.2, "e2e": 0.3})
+    verdict_mode: Literal["free", "anchored"] = "anchored"
+    performance_band: float = Field(0.15, gt=0, description="|factor − baseline| above this = performance drift")
+    calibration_halflife_steps: float = Field(50.0, gt=0, description="EWMA half-life of the online factors")
+    recalibrate: bool = Field(False, description="apply the online factors to the free-running twin")
+    factor_bounds: tuple[float, float] = (0.5, 2.0)
+
+
+class SnapshotConfig(_Frozen):
+    dir: Path = Path("shadow-state")
+    every_s: float = Field(10.0, gt=0, description="wall seconds between checkpoints")
+    every_events: int = Field(5000, ge=1, description="events between checkpoints")
+
+
+class KafkaConfig(_Frozen):
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topic: str = "sglang.events"
+    dead_letter_topic: str = "sglang.events.dlq"
+    group: str = "shadowsim"
+
+
+class ShadowConfig(_Frozen):
+    instances: dict[str, InstanceConfig] = Field(default_factory=lambda: {"default": InstanceConfig()})
+    time: TimeConfig = TimeConfig()
+    drift: DriftConfig = DriftConfig()
+    snapshot: SnapshotConfig = SnapshotConfig()
+    kafka: KafkaConfig = KafkaConfig()
+    predictions_path: Path | None = Field(None, description="JSONL file of per-request predictions joined "
+                                          "with actuals (appended; de-duplicate by instance, request_id)")
+    metrics_port: int = Field(9400, ge=0, le=65535)
+    emulated: bool = Field(False, description="the shadowed instances are emulated (demo); shown in build info")
+
+    def instance(self, instance_id: str) -> InstanceConfig:
+        """The settings of ``instance_id``: its own entry, else ``default``, else built-in defaults."""
+        return self.instances.get(instance_id) or self.instances.get("default") or InstanceConfig()
+
+
+def load_config(path: Path | str | None, overrides: dict[str, Any] | None = None) -> ShadowConfig:
+    """Read ``shadow.yaml`` (or nothing) and apply ``overrides`` (dotted keys, e.g. ``kafka.topic``)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise UserError("--config", f"{p} does not exist", "write a shadow.yaml (see docs/shadow.md)")
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise UserError("--config", f"{p} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        if not isinstance(loaded, dict):
+            raise UserError("--config", f"{p} must hold a mapping at the top level")
+        data = loaded
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        node = data
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    try:
+        return ShadowConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(x) for x in err["loc"]) or "config"
+        raise UserError(field, err["msg"], "see the example in docs/shadow.md") from exc

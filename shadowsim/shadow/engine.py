@@ -1,0 +1,199 @@
+"""The free-running simulator of one instance: ``simcore.server.Server`` on a SimPy clock in event time.
+
+Simulated time is event time minus ``epoch_ts`` (whole seconds), so floats keep sub-microsecond precision.
+``submit`` may name an arrival in the future of the simulated clock (a request whose length is known before an
+earlier one's): submissions wait in a heap and enter the server exactly at their arrival, in (arrival, order of
+submission) order, which is a function of the event sequence only — so replays are identical.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import simpy
+
+from simcore.perf.base import BatchShape, LatencyModel, LinearLatencyModel, StepTime
+from simcore.errors import UserError
+from simcore.request import RequestSpec
+from simcore.settings import ServerSettings, resolve
+from shadowsim.shadow.config import InstanceConfig
+from shadowsim.shadow.twin import Completion
+
+# server_config event fields -> ServerSettings fields (SGLang flag names where they differ)
+_CONFIG_TO_SETTINGS = {
+    "sglang_version": "sglang_version", "tp_size": "tp_size", "page_size": "page_size",
+    "chunked_prefill_size": "chunked_prefill_size", "max_prefill_tokens": "max_prefill_tokens",
+    "max_running_requests": "max_running_requests", "schedule_policy": "schedule_policy",
+    "context_len": "context_length", "disable_radix_cache": "disable_radix_cache",
+    "enable_mixed_chunk": "enable_mixed_chunk", "disable_overlap_schedule": "disable_overlap_schedule",
+    "cuda_graph_max_bs": "cuda_graph_max_bs",
+}
+
+
+@dataclass
+class ScaledLatencyModel:
+    """A latency model with online calibration factors applied to its GPU time (prefill for steps with an
+    extend, decode otherwise). Factors are set from the event stream, so replays see the same ones."""
+
+    base: LatencyModel
+    factors: dict[str, float] = field(default_factory=lambda: {"prefill": 1.0, "decode": 1.0})
+
+    @property
+    def name(self) -> str:
+        return self.base.name
+
+    @property
+    def profile_hash(self) -> str:
+        return self.base.profile_hash
+
+    def step_time(self, shape: BatchShape) -> StepTime:
+        st = self.base.step_time(shape)
+        f = self.factors["prefill" if shape.extend_lens else "decode"]
+        return StepTime(st.gpu_s * f, st.cpu_s) if f != 1.0 else st
+
+
+def build_latency(cfg: InstanceConfig, server_config: dict[str, Any]) -> LatencyModel:
+    """The instance's latency model: simcore.perf when configured and available, else the linear model."""
+    if cfg.latency_backend == "perf":
+        from simcore.gpus import load_gpu  # noqa: PLC0415 - heavy imports only when asked for
+        from simcore.models import load_model  # noqa: PLC0415
+        from simcore.perf import build_latency_model  # noqa: PLC0415
+
+        model = server_config.get("model") or cfg.model
+        gpu = server_config.get("gpu") or cfg.gpu
+        if not gpu:
+            raise UserError("instances.<id>.gpu", "the perf latency backend needs a GPU name",
+                            "set gpu: (e.g. h100) in shadow.yaml, or latency_backend: linear")
+        tp = int(server_config.get("tp_size") or cfg.settings.get("tp_size", 1))
+        return _cached_perf_model(model, gpu, tp, cfg.precision, load_model, load_gpu, build_latency_model)
+    lin = cfg.linear
+    return LinearLatencyModel(base_s=lin.base_s, per_extend_token_s=lin.per_extend_token_s,
+                              per_decode_req_s=lin.per_decode_req_s, per_kv_token_s=lin.per_kv_token_s,
+                              cpu_s=lin.cpu_s)
+
+
+_PERF_CACHE: dict[tuple[str, str, int, str], LatencyModel] = {}
+
+
+def _cached_perf_model(model: str, gpu: str, tp: int, precision: str, load_model: Any, load_gpu: Any,
+                       build: Any) -> LatencyModel:
+    # Loading tables takes about a second; twins of the same model/GPU share one (pure, memoizing) model.
+    key = (model, gpu, tp, precision)
+    if key not in _PERF_CACHE:
+        _PERF_CACHE[key] = build(load_model(model), load_gpu(gpu), tp, precision)
+    return _PERF_CACHE[key]
+
+
+def build_settings(cfg: InstanceConfig, server_config: dict[str, Any]) -> ServerSettings:
+    data = dict(cfg.settings)
+    for src, dst in _CONFIG_TO_SETTINGS.items():
+        if server_config.get(src) is not None:
+            data[dst] = server_config[src]
+    return resolve(ServerSettings.model_validate(data), None)
+
+
+class SimEngine:
+    """Wraps a ``simcore.server.Server`` for the twin (see ``shadowsim.shadow.twin.Engine``)."""
+
+    def __init__(self, cfg: InstanceConfig, server_config: dict[str, Any], epoch_ts: float,
+                 snapshot: dict[str, Any] | None = None) -> None:
+        from simcore.server import Server  # noqa: PLC0415
+
+        self.epoch_ts = epoch_ts
+        self.settings = build_settings(cfg, server_config)
+        self.key_unit = cfg.key_unit
+        self.latency = ScaledLatencyModel(build_latency(cfg, server_config))
+        self.graph_sizes = tuple(self.settings.cuda_graph_bs or ())
+        self.kv_capacity = int(server_config.get("max_total_num_tokens") or cfg.kv_capacity_tokens)
+        self._seed = cfg.seed
+        self._future: list[tuple[float, int, dict[str, Any]]] = []  # (arrival_rel, arrival order, spec fields)
+        self._done: list[Completion] = []
+        self._last_step: dict[str, float] = {"queue": 0.0, "running": 0.0, "kv_usage": 0.0}
+        self.env = simpy.Environment()
+        if snapshot is None:
+            self.server = Server(self.env, self.settings, self.kv_capacity, self.latency, key_unit=self.key_unit,
+                                 rng=np.random.default_rng(self._seed), observer=self._on_step,
+                                 on_finish=self._on_record)
+        else:
+            self._restore(snapshot, Server)
+
+    # ---- protocol used by InstanceTwin --------------------------------------------------------------------------
+    @property
+    def now_ts(self) -> float:
+        return self.epoch_ts + float(self.env.now)
+
+    def submit(self, rid: str, arrival_ts: float, input_len: int, output_len: int, *,
+               key: tuple[int, ...] | None, key_unit: int, max_new_tokens: int | None, ignore_eos: bool,
+               priority: int, order: int) -> None:
+        """Enter the request at ``arrival_ts``; requests arriving at the same time enter in ``order`` (the order
+        their arrivals were seen), not in the order their lengths became known."""
+        if key is not None and key_unit != self.key_unit:
+            key = None  # a key in another unit than this server's tree cannot match anything
+        spec = {"rid": rid, "input_len": input_len, "output_len": output_len,
+                "max_new_tokens": max(max_new_tokens, output_len) if max_new_tokens else None,
+                "key": list(key) if key is not None else None, "ignore_eos": ignore_eos, "priority": priority}
+        heapq.heappush(self._future, (max(arrival_ts - self.epoch_ts, float(self.env.now)), order, spec))
+
+    def advance_to(self, ts: float) -> list[Completion]:
+        """Run the simulation up to (not including) event time ``ts``, entering due submissions on the way."""
+        until = ts - self.epoch_ts
+        while self._future and self._future[0][0] < until:
+            at, _, spec = heapq.heappop(self._future)
+            self._run(at)
+            self._enter(at, spec)
+        self._run(until)
+        # The server keeps every record and ITL sample for offline summaries; a live shadow must not grow
+        # without bound, and these lists are not scheduling state.
+        self.server.records.clear()
+        self.server.itl_vals.clear()
+        self.server.itl_w.clear()
+        done, self._done = self._done, []
+        return done
+
+    def state(self) -> dict[str, float]:
+        return dict(self._last_step)
+
+    def set_factors(self, factors: dict[str, float]) -> None:
+        self.latency.factors.update(factors)
+
+    # ---- internals ----------------------------------------------------------------------------------------------
+    def _run(self, until: float) -> None:
+        if until > self.env.now:
+            self.env.run(until=until)
+
+    def _enter(self, at: float, spec: dict[str, Any]) -> None:
+        req = RequestSpec(rid=spec["rid"], arrival_s=at, input_len=spec["input_len"],
+                          output_len=spec["output_len"], max_new_tokens=spec["max_new_tokens"],
+                          key=tuple(spec["key"]) if spec["key"] is not None else None, key_unit=self.key_unit,
+                          ignore_eos=spec["ignore_eos"], priority=spec["priority"])
+        self.server.submit(req)
+
+    def _on_record(self, r: Any) -> None:
+        self._done.append(Completion(rid=r.rid, ttft_s=r.ttft_s, tpot_s=r.tpot_s if r.tpot_s is not None else 0.0,
+                                     e2e_s=r.e2e_s, cached_tokens=r.cached_tokens, input_len=r.input_len,
+                                     output_len=r.output_len))
+
+    def _on_step(self, step: Any) -> None:
+        self._last_step = {"queue": float(step.num_waiting), "running": float(step.num_running),
+                           "kv_usage": step.kv_used / step.kv_capacity if step.kv_capacity else 0.0}
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"now": float(self.env.now), "future": [[a, s, spec] for a, s, spec in self._future],
+                "last_step": self._last_step, "factors": dict(self.latency.factors),
+                "server": self.server.snapshot()}
+
+    def _restore(self, snap: dict[str, Any], server_cls: Any) -> None:
+        self._future = [(float(a), int(s), spec) for a, s, spec in snap["future"]]
+        heapq.heapify(self._future)
+        self._last_step = dict(snap["last_step"])
+        self.latency.factors.update(snap["factors"])
+        self.env = simpy.Environment(initial_time=float(snap["now"]))
+        self.server = server_cls.restore(self.env, snap["server"], self.settings, self.latency,
+                                         observer=self._on_step, on_finish=self._on_record)
+
+
+def engine_factory(cfg: InstanceConfig, server_config: dict[str, Any], epoch_ts: float,
+                   snapshot: dict[str, Any] | None) -> SimEngine:
+    return SimEngine(cfg, server_config, epoch_ts, snapshot)

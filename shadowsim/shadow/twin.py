@@ -1,0 +1,421 @@
+"""One shadowed SGLang instance: a free-running simulator, the anchored view, the predicted/actual join, the
+error windows and the counters — all driven by that instance's events, in event time.
+
+``InstanceTwin.apply(event)`` is the only entry point; it is deterministic in the sequence of events it is given
+(nothing here reads a clock except ``last_event_wall_ts``, which is injected and only exported). Replaying the same
+events — from the start, or from a snapshot plus the events after it — yields the same predictions.
+
+Event time (see docs/shadow.md):
+
+* ``watermark = newest event time − allowed_lateness_s``.
+* A request is simulated once its output length is known (``request_finished``, or ``output_tokens_hint`` from a
+  trace). The simulator's clock advances to ``min(watermark, earliest arrival still waiting for its length)``, so
+  it never runs past a request it has not been given. After ``max_wait_s`` of event time a waiting request is
+  simulated with an estimated length (its ``max_new_tokens``, else the mean output of finished requests).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from simcore.events import (DecodeBatch, ForwardPass, MetricsSnapshot, PrefillBatch, RequestArrived,
+                            RequestFinished, RequestFirstToken, ServerConfig)
+from simcore.perf.base import LatencyModel
+from shadowsim.shadow.anchor import Anchor, StepTimeline
+from shadowsim.shadow.config import METRICS, DriftConfig, InstanceConfig, TimeConfig
+from shadowsim.shadow.drift import DriftVerdict, ErrorWindow, OnlineCalibrator, ape, decide
+from shadowsim.shadow.stats import InstanceStats
+
+MAX_ESTIMATE_TOKENS = 4096  # SGLang clips unknown max_new_tokens to 4096 for its own estimate (§2.5)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A request the simulator finished: predicted values (seconds, tokens)."""
+
+    rid: str
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    cached_tokens: int
+    input_len: int
+    output_len: int
+
+
+class Engine(Protocol):
+    """The free-running simulator of one instance (see shadowsim.shadow.engine)."""
+
+    latency: LatencyModel
+    graph_sizes: tuple[int, ...]
+
+    @property
+    def now_ts(self) -> float: ...
+
+    def submit(self, rid: str, arrival_ts: float, input_len: int, output_len: int, *, key: tuple[int, ...] | None,
+               key_unit: int, max_new_tokens: int | None, ignore_eos: bool, priority: int, order: int) -> None: ...
+
+    def advance_to(self, ts: float) -> list[Completion]: ...
+
+    def state(self) -> dict[str, float]: ...
+
+    def set_factors(self, factors: dict[str, float]) -> None: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+
+EngineFactory = Callable[[InstanceConfig, dict[str, Any], float, dict[str, Any] | None], Engine]
+"""(instance config, merged server_config fields, epoch_ts, engine snapshot or None) -> Engine."""
+
+
+@dataclass
+class Pending:
+    arrival_ts: float
+    prompt_tokens: int
+    key: tuple[int, ...] | None = None
+    key_unit: int = 1
+    max_new_tokens: int | None = None
+    ignore_eos: bool = False
+    priority: int = 0
+    first_token_ts: float | None = None
+    submitted: bool = False
+    estimated: bool = False
+    seq: int = 0  # order in which the twin learned of the request: breaks ties between equal arrival times
+
+
+class InstanceTwin:
+    """State and behaviour of one shadowed instance."""
+
+    def __init__(self, instance_id: str, cfg: InstanceConfig, time_cfg: TimeConfig, drift_cfg: DriftConfig,
+                 engine_factory: EngineFactory, clock: Callable[[], float]) -> None:
+        self.instance_id = instance_id
+        self.cfg, self.time_cfg, self.drift_cfg = cfg, time_cfg, drift_cfg
+        self._factory, self._clock = engine_factory, clock
+        self.server_config: dict[str, Any] = {}
+        self.engine: Engine | None = None
+        self.epoch_ts: float | None = None
+        self.max_ts = -math.inf
+        self.pending: dict[str, Pending] = {}
+        self._waiting: list[tuple[float, str]] = []  # heap of (arrival_ts, rid) not yet submitted; lazy deletion
+        self.predicted: dict[str, dict[str, Any]] = {}  # rid -> predicted values, waiting for the actual
+        self.actual: dict[str, dict[str, Any]] = {}  # rid -> actual values, waiting for the prediction
+        self.observed: dict[str, float] = {}  # queue / running / kv_usage reported by the server
+        self.output_sum, self.output_count = 0, 0
+        self.arrival_seq = 0
+        self.stats = InstanceStats()
+        self.windows = {(m, mode): ErrorWindow(drift_cfg.window_s) for m in METRICS for mode in ("free", "anchored")}
+        self.calibrator = OnlineCalibrator(drift_cfg.calibration_halflife_steps, drift_cfg.factor_bounds)
+        self.timeline = StepTimeline()
+        self.alerts: list[dict[str, Any]] = []  # verdict transitions: {ts, kind, on}
+        self._verdict_state = {"model": False, "performance": False}
+        self.done: dict[str, float] = {}  # joined rid -> finish ts, to drop duplicate deliveries (pruned)
+        self.out: list[dict[str, Any]] = []  # joined records not yet flushed to the sink
+        self.last_event_wall_ts: float | None = None
+
+    # ---- read-only facts ----------------------------------------------------------------------------------------
+    @property
+    def model(self) -> str:
+        return str(self.server_config.get("model") or self.cfg.model)
+
+    @property
+    def watermark(self) -> float:
+        return self.max_ts - self.time_cfg.allowed_lateness_s
+
+    @property
+    def simulated_ts(self) -> float | None:
+        """Event time up to which the free-running twin has simulated."""
+        return self.engine.now_ts if self.engine is not None else None
+
+    def mape(self, mode: str) -> dict[str, float]:
+        return {m: self.windows[(m, mode)].mape() for m in METRICS}
+
+    def verdict(self) -> DriftVerdict:
+        mode = self.drift_cfg.verdict_mode
+        return decide(self.mape(mode), {m: len(self.windows[(m, mode)]) for m in METRICS},
+                      self.drift_cfg.mape_threshold, self.drift_cfg.min_samples, self.calibrator.factors,
+                      self.calibrator.counts, {c: 1.0 for c in self.calibrator.factors},
+                      self.drift_cfg.performance_band)
+
+    # ---- the event handler ---------------------------------------------------------------------------------------
+    def apply(self, ev: Any) -> None:
+        """Apply one event of this instance, then advance the simulator as far as event time allows."""
+        self.stats.events_processed += 1
+        self.last_event_wall_ts = self._clock()
+        if self.epoch_ts is None:
+            self.epoch_ts = math.floor(ev.ts)  # whole seconds keep the simulated clock's float precision high
+        if self.engine is not None and ev.ts < self.engine.now_ts:
+            self.stats.events_late += 1  # behind the simulated time: applied, but the simulator cannot go back
+        self.max_ts = max(self.max_ts, ev.ts)
+        handler = _HANDLERS.get(ev.kind)
+        if handler is not None:
+            handler(self, ev)
+        self.advance()
+
+    def _on_config(self, ev: ServerConfig) -> None:
+        self.server_config.update(ev.model_dump(exclude_none=True, exclude={"kind", "ts", "source", "event_id",
+                                                                           "schema_version", "instance_id"}))
+
+    def _on_arrived(self, ev: RequestArrived) -> None:
+        if ev.request_id in self.pending or ev.request_id in self.predicted or ev.request_id in self.done:
+            return  # a duplicate delivery of the same request
+        key: tuple[int, ...] | None = None
+        unit = 1
+        if ev.block_hashes:
+            key, unit = tuple(ev.block_hashes), ev.block_size_tokens or 1
+        elif ev.token_ids:
+            key = tuple(ev.token_ids)
+        p = Pending(ev.ts, max(ev.prompt_tokens, 1), key, unit, ev.max_new_tokens, ev.ignore_eos, ev.priority or 0,
+                    seq=self._next_seq())
+        self.pending[ev.request_id] = p
+        if ev.output_tokens_hint:  # a replayed trace knows the length: no need to wait
+            self._submit(ev.request_id, p, ev.output_tokens_hint)
+        else:
+            heapq.heappush(self._waiting, (p.arrival_ts, ev.request_id))
+
+    def _next_seq(self) -> int:
+        self.arrival_seq += 1
+        return self.arrival_seq
+
+    def _on_first_token(self, ev: RequestFirstToken) -> None:
+        p = self.pending.get(ev.request_id)
+        if p is not None:
+            p.first_token_ts = ev.ts
+
+    def _on_finished(self, ev: RequestFinished) -> None:
+        rid = ev.request_id
+        if rid in self.actual or rid in self.done:
+            return  # a duplicate delivery
+        p = self.pending.get(rid)
+        arrival = ev.arrival_ts if ev.arrival_ts is not None else (
+            p.arrival_ts if p is not None else ev.ts - (ev.e2e_s or 0.0))
+        if p is None:  # a source that only reports finished requests
+            p = Pending(arrival, max(ev.prompt_tokens, 1), seq=self._next_seq())
+            self.pending[rid] = p
+        if not p.submitted and ev.output_tokens >= 1:
+            self._submit(rid, p, ev.output_tokens)
+        ttft = ev.ttft_s if ev.ttft_s is not None else (
+            p.first_token_ts - arrival if p.first_token_ts is not None else None)
+        e2e = ev.e2e_s if ev.e2e_s is not None else ev.ts - arrival
+        tpot = (e2e - ttft) / (ev.output_tokens - 1) if ttft is not None and ev.output_tokens > 1 else None
+        actual = {"ttft": ttft, "tpot": tpot, "e2e": e2e, "cached_tokens": ev.cached_tokens,
+                  "prompt_tokens": ev.prompt_tokens, "output_tokens": ev.output_tokens, "finish_ts": ev.ts,
+                  "arrival_ts": arrival}
+        first_ts = arrival + ttft if ttft is not None else None
+        anchor = self._anchor().predict(arrival, first_ts, arrival + e2e, ev.output_tokens) if self.engine else None
+        actual["anchored"] = anchor
+        self._count("actual", actual)
+        self.output_sum += ev.output_tokens
+        self.output_count += 1
+        self.actual[rid] = actual
+        if rid in self.predicted:
+            self._join(rid)
+
+    def _on_prefill(self, ev: PrefillBatch) -> None:
+        self._observe(ev.running_reqs, ev.queue_reqs, ev.token_usage)
+        if self.engine is not None:
+            self._anchor().on_prefill_batch(ev)
+
+    def _on_decode(self, ev: DecodeBatch) -> None:
+        self._observe(ev.running_reqs, ev.queue_reqs, ev.token_usage)
+        if self.engine is not None:
+            self._anchor().on_decode_batch(ev)
+
+    def _on_forward(self, ev: ForwardPass) -> None:
+        if ev.queued_reqs is not None:
+            self.observed["queue"] = float(ev.queued_reqs)
+        if self.engine is not None:
+            self._anchor().on_forward_pass(ev)
+
+    def _on_metrics(self, ev: MetricsSnapshot) -> None:
+        self._observe(ev.running_reqs, ev.queue_reqs, ev.token_usage)
+
+    def _observe(self, running: float | None, queue: float | None, usage: float | None) -> None:
+        for k, v in (("running", running), ("queue", queue), ("kv_usage", usage)):
+            if v is not None:
+                self.observed[k] = float(v)
+
+    # ---- simulation ---------------------------------------------------------------------------------------------
+    def _ensure_engine(self) -> Engine:
+        if self.engine is None:
+            assert self.epoch_ts is not None
+            self.engine = self._factory(self.cfg, dict(self.server_config), self.epoch_ts, None)
+        return self.engine
+
+    def _anchor(self) -> Anchor:
+        eng = self._ensure_engine()
+        return Anchor(eng.latency, eng.graph_sizes, self.calibrator, self.timeline)
+
+    def _submit(self, rid: str, p: Pending, output_len: int) -> None:
+        eng = self._ensure_engine()
+        p.submitted = True
+        # A late request (arrival behind the simulated clock) is simulated as arriving now.
+        arrival = max(p.arrival_ts, eng.now_ts)
+        eng.submit(rid, arrival, p.prompt_tokens, max(output_len, 1), key=p.key, key_unit=p.key_unit,
+                   max_new_tokens=p.max_new_tokens, ignore_eos=p.ignore_eos, priority=p.priority, order=p.seq)
+
+    def _estimate_len(self, p: Pending) -> int:
+        if p.max_new_tokens:
+            return min(p.max_new_tokens, MAX_ESTIMATE_TOKENS)
+        if self.output_count:
+            return max(1, round(self.output_sum / self.output_count))
+        return self.time_cfg.default_output_tokens
+
+    def advance(self) -> None:
+        """Move the simulator to ``min(watermark, earliest arrival still waiting for its length)``."""
+        wm = self.watermark
+        while self._waiting:
+            arrival, rid = self._waiting[0]
+            p = self.pending.get(rid)
+            if p is None or p.submitted:
+                heapq.heappop(self._waiting)
+                continue
+            if arrival < wm - self.time_cfg.max_wait_s:
+                heapq.heappop(self._waiting)
+                p.estimated = True
+                self.stats.requests_estimated += 1
+                self._submit(rid, p, self._estimate_len(p))
+                continue
+            break
+        if self.engine is None:
+            return
+        horizon = min(wm, self._waiting[0][0]) if self._waiting else wm
+        if self.drift_cfg.recalibrate:
+            self.engine.set_factors(self.calibrator.factors)
+        for c in self.engine.advance_to(horizon):
+            self._on_completion(c)
+        for w in self.windows.values():
+            w.expire(wm)
+        oldest = min((p.arrival_ts for p in self.pending.values()), default=wm)
+        self.timeline.prune(min(oldest, wm) - 1.0)
+        self._gc(wm)
+
+    def _on_completion(self, c: Completion) -> None:
+        pred = {"ttft": c.ttft_s, "tpot": c.tpot_s if c.output_len > 1 else None, "e2e": c.e2e_s,
+                "cached_tokens": c.cached_tokens, "prompt_tokens": c.input_len, "output_tokens": c.output_len}
+        self._count("predicted", pred)
+        self.predicted[c.rid] = pred
+        if c.rid in self.actual:
+            self._join(c.rid)
+
+    def _count(self, source: str, v: dict[str, Any]) -> None:
+        st = self.stats
+        for m in METRICS:
+            if v.get(m) is not None:
+                st.latency[m][source].observe(v[m])
+        st.counters["requests_finished"][source] += 1
+        st.counters["output_tokens"][source] += int(v["output_tokens"])
+        st.counters["prompt_tokens"][source] += int(v["prompt_tokens"])
+        st.counters["cached_tokens"][source] += int(v.get("cached_tokens") or 0)
+
+    def _join(self, rid: str) -> None:
+        pred, act = self.predicted.pop(rid), self.actual.pop(rid)
+        p = self.pending.pop(rid, None)
+        ts = act["finish_ts"]
+        self.done[rid] = ts
+        errors: dict[str, dict[str, float]] = {"free": {}, "anchored": {}}
+        anchored = act.pop("anchored") or {}
+        for m in METRICS:
+            a = act.get(m)
+            if a is None:
+                continue
+            for mode, src in (("free", pred), ("anchored", anchored)):
+                if src.get(m) is None:
+                    continue
+                e = ape(src[m], a)
+                if e is None:
+                    continue
+                errors[mode][m] = e
+                self.stats.ape[m][mode].observe(e)
+                self.windows[(m, mode)].add(ts, e)
+        self.out.append({"instance": self.instance_id, "request_id": rid, "arrival_ts": act["arrival_ts"],
+                         "finish_ts": ts, "estimated_length": bool(p.estimated) if p else False,
+                         "predicted": pred, "anchored": anchored, "actual": act, "ape": errors})
+        self._update_alerts(ts)
+
+    def _update_alerts(self, ts: float) -> None:
+        v = self.verdict()
+        for kind, on in (("model", v.model), ("performance", v.performance)):
+            if on != self._verdict_state[kind]:
+                self._verdict_state[kind] = on
+                self.alerts.append({"ts": ts, "kind": kind, "on": on,
+                                    "mape": {k: round(x, 6) for k, x in v.mape.items()}})
+
+    def _gc(self, wm: float) -> None:
+        """Forget half-joined requests that can no longer complete (bounded memory on lossy streams)."""
+        horizon = wm - 10 * self.time_cfg.max_wait_s
+        for d in (self.predicted, self.actual):
+            stale = [rid for rid, v in d.items() if v.get("finish_ts", math.inf) < horizon]
+            for rid in stale:
+                del d[rid]
+                self.pending.pop(rid, None)
+        if self.done and next(iter(self.done.values())) < horizon:
+            self.done = {rid: t for rid, t in self.done.items() if t >= horizon}
+
+    # ---- snapshot -----------------------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Domain state as plain JSON-able data (floats kept exactly: JSON round-trips Python floats)."""
+        return {
+            "instance_id": self.instance_id,
+            "server_config": self.server_config,
+            "epoch_ts": self.epoch_ts,
+            "max_ts": self.max_ts if math.isfinite(self.max_ts) else None,
+            "pending": {rid: vars(p) | {"key": list(p.key) if p.key is not None else None}
+                        for rid, p in self.pending.items()},
+            "predicted": self.predicted,
+            "actual": self.actual,
+            "observed": self.observed,
+            "output_sum": self.output_sum,
+            "output_count": self.output_count,
+            "arrival_seq": self.arrival_seq,
+            "stats": self.stats.snapshot(),
+            "windows": {f"{m}/{mode}": w.snapshot() for (m, mode), w in self.windows.items()},
+            "calibrator": self.calibrator.snapshot(),
+            "timeline": self.timeline.snapshot(),
+            "done": self.done,
+            "alerts": self.alerts,
+            "verdict_state": self._verdict_state,
+            "engine": self.engine.snapshot() if self.engine is not None else None,
+        }
+
+    def restore(self, data: dict[str, Any]) -> None:
+        """Rebuild this twin from ``snapshot()`` output (the exporter-visible wall times restart empty)."""
+        self.server_config = dict(data["server_config"])
+        self.epoch_ts = data["epoch_ts"]
+        self.max_ts = data["max_ts"] if data["max_ts"] is not None else -math.inf
+        self.pending = {}
+        for rid, d in data["pending"].items():
+            d = dict(d)
+            d["key"] = tuple(d["key"]) if d["key"] is not None else None
+            self.pending[rid] = Pending(**d)
+        self._waiting = [(p.arrival_ts, rid) for rid, p in self.pending.items() if not p.submitted]
+        heapq.heapify(self._waiting)
+        self.predicted, self.actual = dict(data["predicted"]), dict(data["actual"])
+        self.observed = dict(data["observed"])
+        self.output_sum, self.output_count = int(data["output_sum"]), int(data["output_count"])
+        self.arrival_seq = int(data["arrival_seq"])
+        self.stats = InstanceStats.restore(data["stats"])
+        for key, samples in data["windows"].items():
+            m, mode = key.split("/")
+            self.windows[(m, mode)] = ErrorWindow.restore(self.drift_cfg.window_s, samples)
+        self.calibrator.restore(data["calibrator"])
+        self.timeline = StepTimeline.restore(data["timeline"])
+        self.done = {k: float(v) for k, v in data["done"].items()}
+        self.alerts = list(data["alerts"])
+        self._verdict_state = dict(data["verdict_state"])
+        if data["engine"] is not None:
+            assert self.epoch_ts is not None
+            self.engine = self._factory(self.cfg, dict(self.server_config), self.epoch_ts, data["engine"])
+
+
+_HANDLERS: dict[str, Callable[[InstanceTwin, Any], None]] = {
+    "server_config": InstanceTwin._on_config,
+    "request_arrived": InstanceTwin._on_arrived,
+    "request_first_token": InstanceTwin._on_first_token,
+    "request_finished": InstanceTwin._on_finished,
+    "prefill_batch": InstanceTwin._on_prefill,
+    "decode_batch": InstanceTwin._on_decode,
+    "forward_pass": InstanceTwin._on_forward,
+    "metrics_snapshot": InstanceTwin._on_metrics,
+}

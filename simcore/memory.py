@@ -1,0 +1,162 @@
+"""KV pool sizing: ``mem_fraction_static``, ``max_total_num_tokens`` and ``max_running_requests`` (spec §4).
+
+For shadowing a live server, take ``max_total_num_tokens`` from its startup log, ``/server_info`` or the gauge
+``sglang:max_total_num_tokens`` instead (§4.4): small errors here move eviction and retraction noticeably. These
+functions are for what-if runs where no server exists.
+
+Assumptions (SGLang measures these at startup; we cannot):
+
+- ``P`` (free memory before weights load) = total GPU memory − ``context_bytes``, the CUDA context, NCCL buffers
+  and allocator overhead present at that moment. Default 0.95 GiB, which reproduces §4.4's P ≈ 78.7 GiB on an
+  H100-80GB (81,559 MiB reported).
+- ``A`` (free memory after weights load) = P − weights per rank − ``load_overhead_bytes`` (cuBLAS workspace,
+  allocator slack; default 0.2 GiB, §4.4's A ≈ 63.5 GiB for 15.0 GiB of weights).
+
+Units: bytes for memory, tokens for the pool. ``GiB = 2**30``; ``MiB = 2**20``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from simcore.errors import UserError
+from simcore.settings import ServerSettings, VersionFamily, resolve
+
+if TYPE_CHECKING:  # the catalogues are only needed by size_kv_pool
+    from simcore.gpus import GpuSpec
+    from simcore.models.spec import ModelSpec
+
+GiB = 1024**3
+MiB = 1024**2
+DEFAULT_CONTEXT_BYTES = int(0.95 * GiB)
+DEFAULT_LOAD_OVERHEAD_BYTES = int(0.2 * GiB)
+# 0.5.23 captures prefill CUDA graphs; §4.1's H100 example has 58 buckets at 8 MiB each.
+DEFAULT_PREFILL_GRAPH_BUCKETS = 58
+KV_DTYPE_BYTES: dict[str, float] = {"auto": 2, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2,
+                                    "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8": 1, "mxfp8": 1 + 1 / 32}
+
+
+def default_mem_fraction_static(gpu_memory_bytes: int, family: VersionFamily, tp_size: int = 1,
+                                chunked_prefill_size: int | None = 8192, cuda_graph_max_bs: int = 256,
+                                pp_size: int = 1, max_prefill_tokens: int = 16384,
+                                prefill_graph_buckets: int = DEFAULT_PREFILL_GRAPH_BUCKETS, is_mla: bool = False,
+                                speculative: bool = False, dp_attention: bool = False) -> float:
+    """SGLang's default ``mem_fraction_static`` (§4.1), rounded to 3 decimals as SGLang does.
+
+    0.5.x: reserved MiB = 512 + 1.5 × activation tokens + TP·PP/8 GiB + 2 × decode max_bs (+ 0.5.23's prefill
+    graphs, 8 MiB per bucket, +1.5 GiB for MLA), at least 10 GiB on GPUs over 60 GiB. 0.4.x: a table by GPU size.
+    ``chunked_prefill_size`` None or ≤ 0 means chunking is off (activations sized by ``max_prefill_tokens``).
+    """
+    mem_mb = gpu_memory_bytes / MiB
+    par = tp_size * pp_size
+    if family == "0.4":
+        if mem_mb < 35 * 1024:
+            reserved = (2.8 + par / 10) * 1024
+        elif mem_mb < 90 * 1024:
+            reserved = (9.5 + par / 2) * 1024
+        elif mem_mb < 160 * 1024:
+            reserved = (12 + par / 2) * 1024
+        else:
+            reserved = 32 * 1024
+        reserved += (2 * 1024 if speculative else 0) + (4 * 1024 if dp_attention else 0)
+    else:
+        chunking = chunked_prefill_size is not None and chunked_prefill_size > 0
+        act_tokens = max(chunked_prefill_size if chunking else max_prefill_tokens, 2048)  # type: ignore[arg-type]
+        reserved = 512 + act_tokens * 1.5 + par / 8 * 1024 + cuda_graph_max_bs * 2
+        if family == "0.5.23":
+            reserved += prefill_graph_buckets * 8 + (1.5 * 1024 if is_mla else 0)
+        if mem_mb > 60 * 1024:
+            reserved = max(reserved, 10 * 1024)
+    return round((mem_mb - reserved) / mem_mb, 3)
+
+
+def kv_tokens_from_measured(available_before_load_bytes: float, available_after_load_bytes: float,
+                            cell_bytes_per_token: float, mem_fraction_static: float, page_size: int = 1,
+                            max_total_tokens: int | None = None) -> int:
+    """KV pool size from SGLang's own measurements (§4.2): ``floor((A − P·(1 − f)) / cell)``, floored to pages,
+    capped by ``--max-total-tokens``. ``P``/``A`` are the ``avail mem`` of the startup log's "Load weight begin" /
+    "Load weight end" lines (SGLang prints GiB). Raises UserError when nothing is left for KV.
+    """
+    if cell_bytes_per_token <= 0:
+        raise UserError("cell_bytes_per_token", f"must be > 0, got {cell_bytes_per_token}")
+    rest = available_after_load_bytes - available_before_load_bytes * (1 - mem_fraction_static)
+    tokens = int(rest // cell_bytes_per_token) if rest > 0 else 0
+    tokens -= tokens % page_size
+    if max_total_tokens is not None:
+        tokens = min(tokens, max_total_tokens - max_total_tokens % page_size)
+    if tokens <= 0:
+        raise UserError("mem_fraction_static",
+                        f"no memory left for the KV cache ({rest / GiB:.2f} GiB after weights)",
+                        "raise --mem-fraction-static, use more TP ranks, a smaller model or a larger GPU")
+    return tokens
+
+
+def max_total_num_tokens(gpu_memory_bytes: int, weight_bytes_per_rank: int, cell_bytes_per_token: float,
+                         mem_fraction_static: float, page_size: int = 1, max_total_tokens: int | None = None,
+                         context_bytes: int = DEFAULT_CONTEXT_BYTES,
+                         load_overhead_bytes: int = DEFAULT_LOAD_OVERHEAD_BYTES) -> int:
+    """KV pool size in tokens from the GPU size and the weights, with the P/A assumptions of the module docstring.
+
+    An explicit ``max_total_tokens`` (``--max-total-tokens``) is a cap on the profiled value, as in SGLang.
+    """
+    p = gpu_memory_bytes - context_bytes
+    a = p - weight_bytes_per_rank - load_overhead_bytes
+    return kv_tokens_from_measured(p, a, cell_bytes_per_token, mem_fraction_static, page_size, max_total_tokens)
+
+
+def max_running_requests(max_total_num_tokens: int, context_len: int, given: int | None = None,
+                         dp: int = 1, family: VersionFamily = "0.5.23") -> int:
+    """Request slots per DP worker (§4.5): the flag (÷ dp) or ``clamp(tokens/context·512, 2048, 4096)``,
+    never more than half the pool's tokens.
+
+    0.4.x sized the req→token pool one row larger (``max_num_reqs + 1``) and reported that bound, so a default
+    0.4 server logs ``max_running_requests=2049`` (seen in real 0.4.3 startup logs).
+    """
+    if given is not None:
+        return min(max(1, given // dp), max_total_num_tokens // 2)
+    estimated = min(max(int(max_total_num_tokens / context_len * 512), 2048), 4096)
+    if family == "0.4":
+        estimated += 1
+    return min(estimated, max_total_num_tokens // 2)
+
+
+def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str = "bf16") -> float:
+    """Bytes per KV element for ``--kv-cache-dtype`` (``auto`` = the model dtype)."""
+    name = model_dtype if kv_cache_dtype == "auto" else kv_cache_dtype
+    try:
+        return KV_DTYPE_BYTES[name.lower()]
+    except KeyError:
+        raise UserError("kv_cache_dtype", f"unknown KV cache dtype {kv_cache_dtype!r}",
+                        f"use one of {', '.join(sorted(KV_DTYPE_BYTES))}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class KVPoolSizing:
+    """The outcome of sizing one server's KV pool (per TP rank; all ranks hold the same token count)."""
+
+    mem_fraction_static: float
+    max_total_num_tokens: int
+    max_running_requests: int
+    cell_bytes_per_token: float
+    weight_bytes_per_rank: int
+    context_len: int
+
+
+def size_kv_pool(model: "ModelSpec", gpu: "GpuSpec", settings: ServerSettings,
+                 precision: str | None = None) -> KVPoolSizing:
+    """Size the KV pool of ``model`` served on ``gpu`` with ``settings`` (resolved for the GPU first)."""
+    s = resolve(settings, gpu.memory_bytes)
+    prec = precision or model.default_precision
+    weights = model.weight_bytes(prec) // (s.tp_size * s.pp_size)
+    kv_bytes = kv_dtype_bytes(s.kv_cache_dtype, "bf16" if model.dtype in ("auto",) else model.dtype)
+    # per-rank cell: the TP split of KV heads; PP splits layers evenly
+    cell = model.kv_cell_bytes(s.tp_size, 1) * kv_bytes / s.pp_size
+    frac = s.mem_fraction_static
+    if frac is None:
+        frac = default_mem_fraction_static(
+            gpu.memory_bytes, s.family, s.tp_size, s.chunked_prefill_size, s.cuda_graph_max_bs or 160,
+            pp_size=s.pp_size, max_prefill_tokens=s.max_prefill_tokens, is_mla=model.is_mla)
+    tokens = max_total_num_tokens(gpu.memory_bytes, weights, cell, frac, s.page_size, s.max_total_tokens)
+    ctx = s.context_length or model.context_length
+    return KVPoolSizing(frac, tokens, max_running_requests(tokens, ctx, s.max_running_requests, s.dp_size, s.family),
+                        cell, weights, ctx)

@@ -1,0 +1,169 @@
+"""Read Hugging Face ``config.json`` files into `ModelSpec`s, from the shipped catalogue or a local path.
+
+Supported families: dense Llama / Mistral / Qwen2 / Qwen3 / MiMo, MoE Qwen3-MoE / Mixtral, MLA+MoE
+DeepSeek-V2/V3/R1 and Kimi-K2, and the text backbone of Qwen3-VL (``text_config``). Other architectures are
+refused with a message rather than guessed at: a silently wrong layer count would poison every prediction.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from simcore.errors import UserError
+from simcore.models.spec import ModelSpec
+
+DENSE = {"llama", "mistral", "qwen2", "qwen3", "mimo", "qwen3_vl_text", "qwen3_vl"}
+MOE = {"qwen3_moe", "mixtral", "qwen2_moe", "qwen3_vl_moe", "qwen3_vl_moe_text"}
+MLA = {"deepseek_v3", "deepseek_v2", "kimi_k2"}
+
+_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "bf16"}
+
+
+def _quantization(cfg: dict[str, Any]) -> str | None:
+    q = cfg.get("quantization_config")
+    if not q:
+        return None
+    method = str(q.get("quant_method", "")).lower()
+    if method == "fp8":
+        return "fp8_block" if q.get("weight_block_size") else "fp8"
+    if method in ("awq", "gptq"):
+        return "int4"
+    if method == "compressed-tensors":
+        groups = q.get("config_groups") or {}
+        for g in groups.values():
+            w = g.get("weights") or {}
+            if w.get("num_bits") == 8 and w.get("type") == "float":
+                return "fp8"
+            if w.get("num_bits") == 4:
+                return "int4"
+    return None
+
+
+def spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
+    """Build a ModelSpec from a parsed config.json dict (see module docstring for supported families)."""
+    top = cfg
+    if "text_config" in cfg:  # VLM: the language backbone is what the scheduler and KV pool see
+        cfg = {**cfg["text_config"], "tie_word_embeddings": top.get("tie_word_embeddings", False)}
+    mtype = str(cfg.get("model_type") or top.get("model_type") or "").lower()
+    arch = (top.get("architectures") or [""])[0]
+    if mtype not in DENSE | MOE | MLA:
+        raise UserError("--model", f"{name}: architecture {arch or mtype!r} is not modelled",
+                        "supported: Llama, Mistral, Qwen2/3, Qwen3-MoE, Mixtral, DeepSeek-V2/V3, Kimi-K2")
+    h = int(cfg["hidden_size"])
+    nh = int(cfg["num_attention_heads"])
+    dtype = _DTYPES.get(str(cfg.get("torch_dtype") or cfg.get("dtype") or top.get("torch_dtype") or "bfloat16"), "bf16")
+    common: dict[str, Any] = dict(
+        name=name, architecture=arch, num_layers=int(cfg["num_hidden_layers"]), hidden_size=h, num_heads=nh,
+        vocab_size=int(cfg["vocab_size"]), intermediate_size=int(cfg.get("intermediate_size") or 4 * h),
+        context_length=int(cfg.get("max_position_embeddings") or 4096), dtype=dtype,
+        quantization=_quantization(top) or _quantization(cfg),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+    )
+    if mtype in MLA:
+        nope, rope = int(cfg["qk_nope_head_dim"]), int(cfg["qk_rope_head_dim"])
+        moe_i = int(cfg["moe_intermediate_size"])
+        return ModelSpec(
+            **common, num_kv_heads=nh, head_dim=nope + rope, v_head_dim=int(cfg["v_head_dim"]),
+            is_mla=True, kv_lora_rank=int(cfg["kv_lora_rank"]), q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+            qk_rope_head_dim=rope, qk_nope_head_dim=nope,
+            num_experts=int(cfg["n_routed_experts"]), top_k=int(cfg["num_experts_per_tok"]),
+            moe_intermediate_size=moe_i, num_shared_experts=int(cfg.get("n_shared_experts") or 0),
+            shared_expert_intermediate_size=moe_i, num_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
+        )
+    head_dim = int(cfg.get("head_dim") or h // nh)
+    nkv = int(cfg.get("num_key_value_heads") or nh)
+    if mtype in MOE:
+        experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
+        # Mixtral names its expert width intermediate_size; Qwen uses moe_intermediate_size.
+        moe_i = int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"])
+        shared_i = int(cfg.get("shared_expert_intermediate_size") or 0)
+        dense = len(cfg.get("mlp_only_layers") or [])
+        return ModelSpec(
+            **common, num_kv_heads=nkv, head_dim=head_dim, v_head_dim=head_dim, num_experts=experts,
+            top_k=int(cfg["num_experts_per_tok"]), moe_intermediate_size=moe_i,
+            num_shared_experts=1 if shared_i else 0, shared_expert_intermediate_size=shared_i,
+            num_dense_layers=dense,
+        )
+    return ModelSpec(**common, num_kv_heads=nkv, head_dim=head_dim, v_head_dim=head_dim)
+
+
+@lru_cache(maxsize=1)
+def _catalogue() -> dict[str, str]:
+    """Lower-cased HF id → file name of every shipped config."""
+    out: dict[str, str] = {}
+    for f in resources.files("simcore.models").joinpath("configs").iterdir():
+        if f.name.endswith("_config.json"):
+            out[f.name.removesuffix("_config.json").replace("--", "/").lower()] = f.name
+    return out
+
+
+def _aliases(hf_id: str) -> list[str]:
+    """Spellings that should resolve to a catalogued id: without org, without -Instruct, Meta- prefix."""
+    org, _, model = hf_id.partition("/")
+    forms = {hf_id, model}
+    for m in list(forms):
+        for suffix in ("-instruct", "-chat", "-base", "-it"):
+            if m.endswith(suffix):
+                forms.add(m.removesuffix(suffix))
+        forms.add(m.replace("-instruct-", "-"))  # Mixtral-8x7B-Instruct-v0.1 → Mixtral-8x7B-v0.1
+    for m in list(forms):
+        bare = m.split("/")[-1]
+        if bare.startswith("meta-llama-"):
+            forms.add(bare.removeprefix("meta-"))
+    return sorted(forms)
+
+
+@lru_cache(maxsize=1)
+def _alias_index() -> dict[str, str]:
+    idx: dict[str, str] = {}
+    for hf_id in sorted(_catalogue()):
+        for a in _aliases(hf_id):
+            idx.setdefault(a, hf_id)
+            idx.setdefault(a.split("/")[-1], hf_id)
+    return idx
+
+
+def list_models() -> list[str]:
+    """HF ids of every shipped config (lower case)."""
+    return sorted(_catalogue())
+
+
+def _canonical(hf_lower: str) -> str:
+    return _catalogue()[hf_lower].removesuffix("_config.json").replace("--", "/")
+
+
+@lru_cache(maxsize=256)
+def load_model(name_or_path: str) -> ModelSpec:
+    """A ModelSpec from an HF id (case-insensitive; ``-Instruct``/org optional) or a local config.json path.
+
+    Raises UserError("--model", …) with the closest catalogued names when nothing matches.
+    """
+    p = Path(name_or_path)
+    if p.suffix == ".json" or p.is_dir():
+        path = p / "config.json" if p.is_dir() else p
+        if not path.is_file():
+            raise UserError("--model", f"no config.json at {path}", "give an HF id or the path of a config.json")
+        try:
+            cfg = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise UserError("--model", f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+        return spec_from_config(cfg, path.parent.name or path.stem)
+    key = name_or_path.strip().lower()
+    idx = _alias_index()
+    hit = key if key in _catalogue() else None
+    if hit is None:
+        for a in _aliases(key):
+            if a in idx:
+                hit = idx[a]
+                break
+    if hit is None:
+        close = difflib.get_close_matches(key, list(idx), n=3, cutoff=0.5)
+        hint = "did you mean " + ", ".join(_canonical(idx[c]) for c in close) + "?" if close else \
+            "give a local config.json path, or see `simcore.models.list_models()`"
+        raise UserError("--model", f"unknown model {name_or_path!r}", hint)
+    text = resources.files("simcore.models").joinpath("configs", _catalogue()[hit]).read_text()
+    return spec_from_config(json.loads(text), _canonical(hit))

@@ -1,0 +1,168 @@
+"""`ModelSpec`: the architecture facts the performance and memory models need, in one frozen record.
+
+Built from a Hugging Face ``config.json`` by ``simcore.models.loader``. Sizes are counts (layers, heads,
+elements); byte sizes come from the methods, which take the precision explicitly.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from simcore.errors import UserError
+
+# Bytes per weight element for each serving precision. Block/group-quantized formats carry scales:
+# fp8_block has one fp32 scale per 128×128 block; int4 weight-only (AWQ/GPTQ style) one bf16 scale and one
+# zero point per 128-element group, hence 0.5 + 4/128 bytes.
+WEIGHT_BYTES_PER_ELEM: dict[str, float] = {
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "fp8_block": 1.0 + 4.0 / (128 * 128),
+    "int8": 1.0,
+    "int4": 0.5 + 4.0 / 128,
+    "int4_wo": 0.5 + 4.0 / 128,
+}
+
+PRECISION_ALIASES: dict[str, str] = {
+    "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "auto": "bf16",
+    "fp8_e4m3": "fp8", "fp8-e4m3": "fp8", "fp8_per_tensor": "fp8", "fp8-block": "fp8_block",
+    "fp8_blockwise": "fp8_block", "w8a8": "int8", "awq": "int4", "gptq": "int4", "w4a16": "int4",
+    "int4-wo": "int4", "int4_weight_only": "int4",
+}
+
+
+def normalize_precision(precision: str) -> str:
+    """Canonical precision name (``bf16``, ``fp16``, ``fp8``, ``fp8_block``, ``int8``, ``int4``)."""
+    p = precision.strip().lower()
+    p = PRECISION_ALIASES.get(p, p)
+    if p == "int4_wo":
+        p = "int4"
+    if p not in WEIGHT_BYTES_PER_ELEM:
+        raise UserError(
+            "--precision", f"unknown precision {precision!r}",
+            f"use one of {', '.join(k for k in WEIGHT_BYTES_PER_ELEM if k != 'int4_wo')}",
+        )
+    return p
+
+
+class ModelSpec(BaseModel):
+    """Architecture of one decoder-only LLM.
+
+    Attention: ``num_heads`` query heads of ``head_dim``; ``num_kv_heads`` KV heads; ``v_head_dim`` (differs
+    from head_dim only for MLA). MLA models (DeepSeek-V2/V3, Kimi-K2) set ``is_mla`` and the LoRA ranks.
+    MLP: dense layers use ``intermediate_size``; MoE layers route each token to ``top_k`` of ``num_experts``
+    experts of ``moe_intermediate_size`` plus ``num_shared_experts`` always-on experts. The first
+    ``num_dense_layers`` layers of an MoE model are dense (DeepSeek's first_k_dense_replace).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    architecture: str = ""
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    v_head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    num_experts: int = 0
+    top_k: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    shared_expert_intermediate_size: int = 0
+    num_dense_layers: int = 0
+    is_mla: bool = False
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    context_length: int = 4096
+    dtype: str = "bf16"
+    quantization: str | None = None  # precision the checkpoint ships in, when quantized (fp8, fp8_block, …)
+    tie_word_embeddings: bool = False
+
+    # ---- derived structure -------------------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    @property
+    def default_precision(self) -> str:
+        """What SGLang serves without ``--quantization``: the checkpoint's quantization or its dtype."""
+        return self.quantization or self.dtype
+
+    # ---- parameter counts (elements) ---------------------------------------------------------------------
+    def attention_params_per_layer(self) -> int:
+        h = self.hidden_size
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = (h * self.q_lora_rank + self.q_lora_rank * self.num_heads * qk) if self.q_lora_rank else h * self.num_heads * qk
+            kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim)
+            kv_b = self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
+            o = self.num_heads * self.v_head_dim * h
+            return q + kv_a + kv_b + o
+        qkv = h * (self.num_heads * self.head_dim + self.num_kv_heads * (self.head_dim + self.v_head_dim))
+        o = self.num_heads * self.v_head_dim * h
+        return qkv + o
+
+    def dense_mlp_params(self) -> int:
+        return 3 * self.hidden_size * self.intermediate_size  # gate, up, down
+
+    def moe_params_per_layer(self) -> int:
+        h = self.hidden_size
+        experts = self.num_experts * 3 * h * self.moe_intermediate_size
+        shared = 3 * h * self.shared_expert_intermediate_size * self.num_shared_experts
+        router = h * self.num_experts
+        return experts + shared + router
+
+    def num_params(self) -> int:
+        """Total parameter count (elements), all layers, embeddings and LM head included."""
+        layers_attn = self.num_layers * (self.attention_params_per_layer() + 2 * self.hidden_size)
+        if self.is_moe:
+            mlp = self.num_dense_layers * self.dense_mlp_params() + self.num_moe_layers * self.moe_params_per_layer()
+        else:
+            mlp = self.num_layers * self.dense_mlp_params()
+        embed = self.vocab_size * self.hidden_size
+        head = 0 if self.tie_word_embeddings else embed
+        return layers_attn + mlp + embed + head + self.hidden_size
+
+    def num_active_params(self) -> int:
+        """Parameters touched per token (MoE: top_k routed + shared experts)."""
+        if not self.is_moe:
+            return self.num_params()
+        inactive = (self.num_experts - self.top_k) * 3 * self.hidden_size * self.moe_intermediate_size
+        return self.num_params() - self.num_moe_layers * inactive
+
+    def weight_bytes(self, precision: str) -> int:
+        """Bytes of all weights on all ranks together at ``precision``.
+
+        Quantized formats quantize the linear layers only; embeddings, LM head, norms and the MoE router
+        stay in 16 bits, as SGLang's fp8/AWQ loaders do.
+        """
+        p = normalize_precision(precision)
+        per = WEIGHT_BYTES_PER_ELEM[p]
+        embed = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+        norms = self.num_layers * 2 * self.hidden_size + self.hidden_size
+        router = self.num_moe_layers * self.hidden_size * self.num_experts
+        linear = self.num_params() - embed - norms - router
+        return int(round(linear * per + (embed + norms + router) * 2.0))
+
+    # ---- KV cache -----------------------------------------------------------------------------------------
+    def kv_heads_per_rank(self, tp: int) -> int:
+        """KV heads each attention-TP rank holds; replicated (one per GPU) when tp exceeds the head count."""
+        return max(1, self.num_kv_heads // max(1, tp))
+
+    def kv_cell_bytes(self, tp: int, kv_dtype_bytes: int = 2) -> int:
+        """KV-cache bytes per token on one rank (SGLang's ``cell_size``, spec §4.3).
+
+        MHA/GQA: kv_heads_per_rank × (head_dim + v_head_dim) × layers × bytes. MLA: the compressed latent
+        (kv_lora_rank + qk_rope_head_dim) × layers × bytes, identical on every rank.
+        """
+        if self.is_mla:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * self.num_layers * kv_dtype_bytes
+        return self.kv_heads_per_rank(tp) * (self.head_dim + self.v_head_dim) * self.num_layers * kv_dtype_bytes

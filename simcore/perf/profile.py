@@ -1,0 +1,112 @@
+"""Calibration profiles: a few physically meaningful correction factors, versioned and content-hashed.
+
+A profile scales the composed step time per op class and adds the host-side work SGLang does every
+iteration. Factors are multiplicative and default to 1.0 (trust the measurement tables); the CPU terms are
+seconds. The ``profile_hash`` (first 12 hex digits of a SHA-256 over the canonical JSON of the factors) is
+what `LatencyModel.profile_hash` exports, so a dashboard can tell which calibration produced a prediction.
+
+Fitting keeps sufficient statistics (``fit_stats``) next to each factor so the live shadow can refit
+incrementally: a least-squares ratio factor is Σ(measured·predicted) / Σ(predicted²), and both sums can be
+updated one observation at a time (see simcore.perf.calibrate).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from simcore.errors import UserError
+
+OP_CLASSES = ("gemm", "context_attention", "generation_attention", "communication", "moe", "elementwise")
+
+
+class FitStat(BaseModel):
+    """Running sums for one ratio factor: k = sxy / sxx with x = predicted, y = measured."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    sxy: float = 0.0
+    sxx: float = 0.0
+    n: int = 0
+
+
+class CalibrationProfile(BaseModel):
+    """Correction factors applied by the step-latency model.
+
+    - ``op_scale[c]``: multiplies every op of class c (see OP_CLASSES);
+    - ``cpu_base_s`` + ``cpu_per_req_s`` × requests + ``cpu_per_token_s`` × extend tokens: host work per
+      iteration (scheduling, batch preparation, result processing), reported as StepTime.cpu_s;
+    - ``launch_s_per_layer``: extra GPU time per layer when a step runs eagerly (no CUDA graph), the kernel
+      launch gaps that graph replay removes;
+    - ``step_overhead_s``: fixed GPU-side time per forward (embedding/sampling kernels, graph replay).
+    - ``gpu_per_req_s``: GPU-stream time per request row per step outside the per-op tables: sampling,
+      logits post-processing and the batch-preparation kernels that run outside the CUDA graph.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int = 1
+    name: str = "default"
+    source: str = "built-in defaults"
+    op_scale: dict[str, float] = Field(default_factory=lambda: {c: 1.0 for c in OP_CLASSES})
+    cpu_base_s: float = 0.0
+    cpu_per_req_s: float = 0.0
+    cpu_per_token_s: float = 0.0
+    launch_s_per_layer: float = 0.0
+    step_overhead_s: float = 0.0
+    gpu_per_req_s: float = 0.0
+    # Roofline efficiencies (fraction of peak reached), measured on the tabulated GPUs.
+    roofline: dict[str, float] = Field(default_factory=dict)
+    fit_stats: dict[str, FitStat] = Field(default_factory=dict)
+
+    def scale(self, op_class: str) -> float:
+        return self.op_scale.get(op_class, 1.0)
+
+    @property
+    def profile_hash(self) -> str:
+        """Content hash over everything that changes predictions (not the name, source or fit sums)."""
+        payload = self.model_dump(exclude={"name", "source", "fit_stats"})
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def to_json(self) -> str:
+        data = self.model_dump()
+        data["profile_hash"] = self.profile_hash
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically (temp file then rename) so a reader never sees half a profile."""
+        p = Path(path)
+        tmp = p.with_suffix(p.suffix + ".tmp")
+        tmp.write_text(self.to_json())
+        tmp.replace(p)
+
+    @classmethod
+    def load(cls, path: str | Path) -> CalibrationProfile:
+        """Read a profile file; a stored ``profile_hash`` that no longer matches the content is refused."""
+        p = Path(path)
+        try:
+            data = json.loads(p.read_text())
+        except FileNotFoundError:
+            raise UserError("--profile", f"no profile file at {p}", "run `shadowsim calibrate` to create one") from None
+        except json.JSONDecodeError as exc:
+            raise UserError("--profile", f"{p} is not valid JSON ({exc.msg})") from exc
+        stored = data.pop("profile_hash", None)
+        prof = cls(**data)
+        if stored is not None and stored != prof.profile_hash:
+            raise UserError("--profile", f"{p}: content hash {prof.profile_hash} != stored {stored}",
+                            "the file was edited by hand; re-run `shadowsim calibrate`")
+        return prof
+
+
+def default_profile_path() -> Path:
+    return Path(__file__).with_name("data") / "default_profile.json"
+
+
+def default_profile() -> CalibrationProfile:
+    """The shipped profile (fitted by `shadowsim calibrate` on the measured tables), or neutral defaults."""
+    p = default_profile_path()
+    if p.is_file():
+        return CalibrationProfile.load(p)
+    return CalibrationProfile()

@@ -1,0 +1,180 @@
+"""`StepLatencyModel`: one SGLang forward pass composed from its operators, plus the host-side work.
+
+Per layer and rank: QKV (or MLA projections), attention (context part over extend tokens with their cached
+prefix; generation part over decode KV lengths), O projection, all-reduce, MLP (dense gate/up + down, or
+fused MoE + shared expert), all-reduce, and the elementwise kernels (fused add+RMSNorm ×2, RoPE, qk-norm,
+activation, KV store). Per step: embedding (+ all-reduce), LM head on the rows that need logits, logits
+gather, sampling, and a fixed overhead. Decode steps run at the CUDA-graph padded batch size; eager steps
+cannot go faster than their kernel launches.
+
+Memoization: a step's cost splits into a part that depends only on the token counts (GEMMs, MoE,
+communication, elementwise) — cached by (tokens, logit rows, graph?) — and the attention part, which is a
+handful of curve lookups. So a decode step whose Σkv has never been seen before still costs a few µs, and a
+repeated shape costs one dict lookup.
+"""
+from __future__ import annotations
+
+import math
+
+from simcore.models.spec import ModelSpec
+from simcore.perf.base import BatchShape, StepTime
+from simcore.perf.costs import RooflineCosts, TableCosts
+from simcore.perf.profile import CalibrationProfile
+from simcore.perf.shapes import RankShapes, rank_shapes
+
+# Kernels per layer that are not GEMMs or attention (norms, RoPE, activation, KV store, qk-norm).
+_EW_KERNELS = 5
+_MEMO_LIMIT = 200_000
+
+
+class StepLatencyModel:
+    """Implements `simcore.perf.base.LatencyModel` for one (model, GPU, TP, precision)."""
+
+    def __init__(self, model: ModelSpec, costs: TableCosts | RooflineCosts, tp: int, precision: str,
+                 profile: CalibrationProfile, *, kv_dtype_bytes: int = 2, backend: str = "table") -> None:
+        self.model = model
+        self.costs = costs
+        self.tp = tp
+        self.precision = precision
+        self.profile = profile
+        self.kv_bytes = kv_dtype_bytes
+        self.shapes: RankShapes = rank_shapes(model, tp)
+        self.backend = backend
+        gpu_name = costs.roof.gpu.name if isinstance(costs, TableCosts) else costs.gpu.name
+        self.name = f"{backend}:{gpu_name}:tp{tp}:{precision}"
+        self.profile_hash = profile.profile_hash
+        s = profile.op_scale
+        self._k_gemm = s.get("gemm", 1.0)
+        self._k_ctx = s.get("context_attention", 1.0)
+        self._k_gen = s.get("generation_attention", 1.0)
+        self._k_comm = s.get("communication", 1.0)
+        self._k_moe = s.get("moe", 1.0)
+        self._k_ew = s.get("elementwise", 1.0)
+        sh = self.shapes
+        gdt = precision if precision in ("fp8", "fp8_block") else ("int4" if precision == "int4" else "bf16")
+        self._gemm_dtype = gdt
+        self._attn_curves = [costs.gemm_curve(g.n, g.k, gdt) for g in sh.attn_gemms]
+        self._dense_curves = [costs.gemm_curve(g.n, g.k, gdt) for g in sh.dense_mlp_gemms]
+        self._shared_curves = [costs.gemm_curve(g.n, g.k, gdt) for g in sh.shared_expert_gemms]
+        # The LM head stays in 16 bits in quantized checkpoints.
+        self._lm_curve = costs.gemm_curve(sh.lm_head.n, sh.lm_head.k, "bf16")
+        self._dense_memo: dict[tuple[int, int, bool], float] = {}
+        self._memo: dict[BatchShape, StepTime] = {}
+
+    # ---- the token-count-only part ------------------------------------------------------------------------
+    def _dense_part(self, m: int, logits: int, graph: bool) -> float:
+        """GPU seconds of everything but attention, for ``m`` tokens and ``logits`` LM-head rows."""
+        key = (m, logits, graph)
+        hit = self._dense_memo.get(key)
+        if hit is not None:
+            return hit
+        sh, c, L = self.shapes, self.costs, self.shapes.num_layers
+        gemm_ms = sum(cv(m) for cv in self._attn_curves) * L
+        gemm_ms += sum(cv(m) for cv in self._dense_curves) * sh.num_dense_layers
+        gemm_ms += sum(cv(m) for cv in self._shared_curves) * sh.num_moe_layers
+        gemm_s = gemm_ms * 1e-3
+        moe_s = 0.0
+        if sh.num_moe_layers:
+            moe_s = sh.num_moe_layers * c.moe_s(m, sh.hidden, sh.moe_inter, sh.top_k, sh.num_experts,
+                                                 self._gemm_dtype, tp=self.tp)
+        hidden_bytes = m * sh.hidden * 2.0
+        # Two all-reduces per layer (after O and after the MLP) plus one after the vocab-parallel embedding.
+        comm_s = (2 * L + 1) * c.allreduce_s(hidden_bytes, self.tp, graph)
+        if self.tp > 1 and logits:  # gather the vocab-sharded logits (bf16) onto every rank
+            comm_s += c.allreduce_s(logits * self.model.vocab_size * 2.0 / self.tp, self.tp, graph)
+        ew_s = L * c.elementwise_s(m * sh.elementwise_bytes_per_token, _EW_KERNELS + (1 if sh.qk_norm else 0))
+        head_s = self._lm_curve(max(logits, 1)) * 1e-3 if logits else 0.0
+        # Sampling reads the fp32 logits; embedding reads m rows of the table.
+        ew_s += c.elementwise_s(logits * sh.lm_head.n * 4.0 + hidden_bytes, 3)
+        total = (self._k_gemm * (gemm_s + head_s) + self._k_moe * moe_s + self._k_comm * comm_s
+                 + self._k_ew * ew_s)
+        self._dense_memo[key] = total
+        return total
+
+    # ---- attention ------------------------------------------------------------------------------------------
+    def _context_attention(self, extend: tuple[int, ...], prefix: tuple[int, ...]) -> float:
+        """Extend attention: each request attends over its cached prefix and causally over its new tokens.
+
+        The table measured full causal prefills (no prefix). A request with e new tokens over a prefix p
+        computes e·p + e²/2 query-key pairs, the same as a causal prefill of length √(e·(e+2p)); a batch is
+        looked up at its request count and the root-mean-square of these equivalent lengths (attention work
+        is quadratic in length, so RMS preserves the batch's total work)."""
+        sh = self.shapes
+        n = len(extend)
+        if sh.is_mla:
+            pairs = sum(e * (p + e / 2.0) for e, p in zip(extend, prefix or (0,) * n))
+            kv = sum(e + p for e, p in zip(extend, prefix or (0,) * n))
+            return self.costs.mla_attention_s(sum(extend), pairs, kv, sh.q_heads, sh.mla_kv_dim, sh.mla_v_dim,
+                                              self.kv_bytes)
+        if prefix and any(prefix):
+            sq = sum(e * (e + 2.0 * p) for e, p in zip(extend, prefix))
+        else:
+            sq = sum(e * e for e in extend)
+        s_rms = math.sqrt(sq / n)
+        return self.costs.context_attention_s(n, s_rms, sh.q_heads, sh.kv_heads, sh.head_dim, self.kv_bytes)
+
+    def _generation_attention(self, batch: int, sum_kv: int) -> float:
+        sh = self.shapes
+        if sh.is_mla:
+            return self.costs.mla_attention_s(batch, sum_kv, sum_kv, sh.q_heads, sh.mla_kv_dim, sh.mla_v_dim,
+                                              self.kv_bytes)
+        # Padded CUDA-graph rows attend over (almost) nothing: the kernel sees `batch` rows and Σkv tokens.
+        return self.costs.generation_attention_s(batch, max(1.0, sum_kv / batch), sh.q_heads, sh.kv_heads,
+                                                 sh.head_dim, self.kv_bytes)
+
+    # ---- the LatencyModel protocol ----------------------------------------------------------------------------
+    def step_time(self, shape: BatchShape) -> StepTime:
+        hit = self._memo.get(shape)
+        if hit is not None:
+            return hit
+        out = self._compute(shape)
+        if len(self._memo) >= _MEMO_LIMIT:
+            self._memo.clear()
+        self._memo[shape] = out
+        return out
+
+    def _compute(self, shape: BatchShape) -> StepTime:
+        prof = self.profile
+        n_ext = len(shape.extend_lens)
+        n_req = n_ext + shape.num_decode
+        ext_tokens = shape.num_extend_tokens
+        cpu = prof.cpu_base_s + prof.cpu_per_req_s * n_req + prof.cpu_per_token_s * ext_tokens
+        if n_req == 0:
+            return StepTime(0.0, cpu)
+        graph = shape.cuda_graph_bs is not None and n_ext == 0
+        bs = shape.cuda_graph_bs if graph else shape.num_decode
+        m = ext_tokens + bs
+        L = self.shapes.num_layers
+        gpu = self._dense_part(m, n_ext + bs, graph)
+        if n_ext:
+            gpu += self._k_ctx * L * self._context_attention(shape.extend_lens, shape.prefix_lens)
+        if bs:
+            gpu += self._k_gen * L * self._generation_attention(bs, shape.decode_sum_kv)
+        if not graph:
+            # Eager mode: the CPU launches ~15 kernels per layer; a short step cannot beat its launches.
+            gpu = max(gpu, L * prof.launch_s_per_layer)
+        gpu += prof.step_overhead_s + prof.gpu_per_req_s * n_req
+        return StepTime(gpu, cpu)
+
+    # ---- introspection (benchmarks, docs, the calibrate command) ------------------------------------------------
+    def breakdown(self, shape: BatchShape) -> dict[str, float]:
+        """Seconds per op class for one step (uncalibrated costs, before profile scales), for reports."""
+        sh, c, L = self.shapes, self.costs, self.shapes.num_layers
+        graph = shape.cuda_graph_bs is not None and not shape.extend_lens
+        bs = shape.cuda_graph_bs if graph else shape.num_decode
+        m = shape.num_extend_tokens + bs
+        gemm = (sum(cv(m) for cv in self._attn_curves) * L + sum(cv(m) for cv in self._dense_curves)
+                * sh.num_dense_layers) * 1e-3
+        out = {
+            "gemm": gemm,
+            "lm_head": self._lm_curve(max(1, len(shape.extend_lens) + bs)) * 1e-3,
+            "communication": (2 * L + 1) * c.allreduce_s(m * sh.hidden * 2.0, self.tp, graph),
+            "context_attention": L * self._context_attention(shape.extend_lens, shape.prefix_lens)
+            if shape.extend_lens else 0.0,
+            "generation_attention": L * self._generation_attention(bs, shape.decode_sum_kv) if bs else 0.0,
+            "elementwise": L * c.elementwise_s(m * sh.elementwise_bytes_per_token, _EW_KERNELS),
+        }
+        if sh.num_moe_layers:
+            out["moe"] = sh.num_moe_layers * c.moe_s(m, sh.hidden, sh.moe_inter, sh.top_k, sh.num_experts,
+                                                     self._gemm_dtype, tp=self.tp)
+        return out

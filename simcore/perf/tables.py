@@ -1,0 +1,223 @@
+"""SGLang-measured per-op latency tables (vendored from aiconfigurator), as interpolating lookups.
+
+Each table is one GPU's measurements of one op class, latency in **milliseconds per call** (one layer):
+
+- ``gemm``: (dtype, m tokens, n out-features, k in-features);
+- ``context_attention``: (kv dtype, batch, isl, q heads, kv heads), head_dim 128, no cached prefix;
+- ``generation_attention``: (kv dtype, batch, kv length = isl + step, q heads, kv heads), one query token;
+- ``allreduce``: SGLang custom all-reduce, (CUDA graph or eager, GPUs, message size in bf16 *elements*:
+  the collector allocates a [size/4096, 4096] bf16 tensor);
+- ``moe``: fused MoE (dtype, routing distribution, tokens, hidden, expert inter size, top-k, experts, tp, ep).
+
+The files are .npz column stores written from aiconfigurator's parquet files (see data/README.md). Tables
+are loaded lazily, once per process per GPU. Lookups that the hot path needs are reduced to 1-D `Curve`s
+for one op shape (the model's n and k are fixed, only the token count varies).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from simcore.perf.interp import Curve, LogGrid
+
+DTYPE_CODES = {"bf16": 0, "fp16": 0, "fp8": 1, "fp8_block": 2, "int4": 3}
+
+
+def tables_dir_names() -> list[str]:
+    """GPUs (aiconfigurator system names) that have vendored measured tables."""
+    root = resources.files("simcore.perf").joinpath("data/tables")
+    return sorted(p.name for p in root.iterdir() if p.is_dir())
+
+
+def _load_npz(gpu: str, name: str) -> dict[str, np.ndarray] | None:
+    f = resources.files("simcore.perf").joinpath(f"data/tables/{gpu}/{name}.npz")
+    if not f.is_file():
+        return None
+    with f.open("rb") as fh:
+        z = np.load(fh)
+        return {k: z[k] for k in z.files}
+
+
+def _select(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: v[mask] for k, v in cols.items()}
+
+
+@dataclass
+class GemmTable:
+    """GEMM latency for one dtype over a (m, n, k) grid."""
+
+    grid: LogGrid
+    _curves: dict[tuple[int, int], Curve] = field(default_factory=dict)
+
+    @classmethod
+    def from_columns(cls, cols: dict[str, np.ndarray]) -> GemmTable:
+        return cls(LogGrid.from_points([cols["m"], cols["n"], cols["k"]], cols["latency_ms"]))
+
+    def curve(self, n: int, k: int) -> Curve:
+        """Latency (ms) as a function of m for the fixed weight shape (n, k)."""
+        key = (n, k)
+        c = self._curves.get(key)
+        if c is None:
+            c = self._curves[key] = self.grid.curve_along(0, [float(n), float(k)])
+        return c
+
+    def latency_ms(self, m: int, n: int, k: int) -> float:
+        return self.curve(n, k)(m)
+
+
+@dataclass
+class AttentionTable:
+    """Context or generation attention latency over (batch, length) for each (q heads, kv heads) pair."""
+
+    grids: dict[tuple[int, int], LogGrid]
+    _cache: dict[tuple[int, int], LogGrid] = field(default_factory=dict)
+    _curves: dict[tuple[int, int, int], Curve] = field(default_factory=dict)
+
+    @classmethod
+    def from_columns(cls, cols: dict[str, np.ndarray], length: np.ndarray) -> AttentionTable:
+        grids: dict[tuple[int, int], LogGrid] = {}
+        pairs = set(zip(cols["heads"].tolist(), cols["kv_heads"].tolist()))
+        for h, kv in pairs:
+            m = (cols["heads"] == h) & (cols["kv_heads"] == kv)
+            grids[(h, kv)] = LogGrid.from_points([cols["batch"][m], length[m]], cols["latency_ms"][m])
+        return cls(grids)
+
+    def grid_for(self, heads: int, kv_heads: int) -> LogGrid:
+        """The grid for this head configuration, interpolated over q heads (log-log) when not measured."""
+        key = (heads, kv_heads)
+        if key in self.grids:
+            return self.grids[key]
+        if key in self._cache:
+            return self._cache[key]
+        same_kv = sorted(h for h, kv in self.grids if kv == kv_heads)
+        if not same_kv:  # nearest kv-head count, then scale by kv heads (attention reads ∝ kv heads)
+            kvs = sorted({kv for _, kv in self.grids}, key=lambda v: abs(math.log(v / kv_heads)))
+            base_kv = kvs[0]
+            g = self.grid_for(max(heads * base_kv // kv_heads, base_kv), base_kv)
+            out = LogGrid(g.axes, np.exp(g.logv) * (kv_heads / base_kv))
+        else:
+            lo = max([h for h in same_kv if h <= heads], default=same_kv[0])
+            hi = min([h for h in same_kv if h >= heads], default=same_kv[-1])
+            a, b = self.grids[(lo, kv_heads)], self.grids[(hi, kv_heads)]
+            if lo == hi:
+                out = LogGrid(a.axes, np.exp(a.logv) * (heads / lo))
+            else:
+                w = (math.log(heads) - math.log(lo)) / (math.log(hi) - math.log(lo))
+                axes = a.axes if a.logv.size <= b.logv.size else b.axes
+                va = np.array([[a.at([x, y]) for y in axes[1]] for x in axes[0]])
+                vb = np.array([[b.at([x, y]) for y in axes[1]] for x in axes[0]])
+                out = LogGrid(axes, np.exp((1 - w) * np.log(va) + w * np.log(vb)))
+        self._cache[key] = out
+        return out
+
+    def curve_over_length(self, batch: int, heads: int, kv_heads: int) -> Curve:
+        """Latency (ms) as a function of sequence length for a fixed batch size."""
+        key = (batch, heads, kv_heads)
+        c = self._curves.get(key)
+        if c is None:
+            c = self._curves[key] = self.grid_for(heads, kv_heads).curve_along(1, [float(batch)])
+        return c
+
+    def latency_ms(self, batch: int, length: float, heads: int, kv_heads: int) -> float:
+        return self.grid_for(heads, kv_heads).at([float(batch), float(length)])
+
+
+@dataclass
+class AllReduceTable:
+    """SGLang custom all-reduce latency by message size, per (CUDA graph?, number of GPUs)."""
+
+    curves: dict[tuple[bool, int], Curve]
+
+    @classmethod
+    def from_columns(cls, cols: dict[str, np.ndarray]) -> AllReduceTable:
+        curves = {}
+        for g in (0, 1):
+            for n in sorted(set(cols["num_gpus"].tolist())):
+                m = (cols["graph"] == g) & (cols["num_gpus"] == n)
+                if m.any():
+                    # Stored per element; keep the curve in bytes (bf16: 2 bytes per element).
+                    curves[(bool(g), int(n))] = Curve(cols["message_elements"][m] * 2.0, cols["latency_ms"][m])
+        return cls(curves)
+
+    def latency_ms(self, message_bytes: float, num_gpus: int, graph: bool) -> float | None:
+        c = self.curves.get((graph, num_gpus)) or self.curves.get((not graph, num_gpus))
+        return None if c is None else c(message_bytes)
+
+
+@dataclass
+class MoeTable:
+    """Fused-MoE latency by token count, for exactly measured expert configurations."""
+
+    cols: dict[str, np.ndarray]
+    _curves: dict[tuple[Any, ...], Curve | None] = field(default_factory=dict)
+
+    def curve(self, *, dtype: str, hidden: int, inter: int, topk: int, experts: int, tp: int, ep: int,
+              power_law: bool = True) -> Curve | None:
+        """Latency (ms) vs tokens for this configuration, or None when it was not measured."""
+        key = (dtype, hidden, inter, topk, experts, tp, ep, power_law)
+        if key in self._curves:
+            return self._curves[key]
+        c = self.cols
+        m = ((c["dtype"] == DTYPE_CODES.get(dtype, -1)) & (c["hidden"] == hidden) & (c["inter"] == inter)
+             & (c["topk"] == topk) & (c["experts"] == experts) & (c["tp"] == tp) & (c["ep"] == ep))
+        sub = m & (c["power_law"] == int(power_law))
+        if not sub.any():
+            sub = m
+        out = Curve(c["tokens"][sub], c["latency_ms"][sub]) if sub.any() else None
+        self._curves[key] = out
+        return out
+
+
+@dataclass
+class GpuTables:
+    """All measured tables of one GPU; any member may be None when not measured."""
+
+    gpu: str
+    gemm: dict[str, GemmTable]
+    context_attention: dict[str, AttentionTable]
+    generation_attention: dict[str, AttentionTable]
+    allreduce: AllReduceTable | None
+    moe: MoeTable | None
+
+
+def build_tables(gpu: str, drop: dict[str, Any] | None = None) -> GpuTables | None:
+    """Load a GPU's tables. ``drop`` (tests only) removes rows before gridding, to measure held-out error:
+    ``{"gemm_m": set_of_m, "ctx_isl": set_of_isl, "gen_step": set_of_steps}``."""
+    g = _load_npz(gpu, "gemm")
+    if g is None:
+        return None
+    drop = drop or {}
+    codes = {v: k for k, v in DTYPE_CODES.items() if k != "fp16"}
+    if "gemm_m" in drop:
+        g = _select(g, ~np.isin(g["m"], list(drop["gemm_m"])))
+    gemm = {codes[int(d)]: GemmTable.from_columns(_select(g, g["dtype"] == d)) for d in np.unique(g["dtype"])}
+    ctx, gen = {}, {}
+    c = _load_npz(gpu, "context_attention")
+    if c is not None:
+        if "ctx_isl" in drop:
+            c = _select(c, ~np.isin(c["isl"], list(drop["ctx_isl"])))
+        for d in np.unique(c["kv_dtype"]):
+            s = _select(c, c["kv_dtype"] == d)
+            ctx[codes[int(d)]] = AttentionTable.from_columns(s, s["isl"])
+    q = _load_npz(gpu, "generation_attention")
+    if q is not None:
+        if "gen_step" in drop:
+            q = _select(q, ~np.isin(q["step"], list(drop["gen_step"])))
+        for d in np.unique(q["kv_dtype"]):
+            s = _select(q, q["kv_dtype"] == d)
+            gen[codes[int(d)]] = AttentionTable.from_columns(s, s["isl"] + s["step"])
+    a = _load_npz(gpu, "allreduce")
+    mo = _load_npz(gpu, "moe")
+    return GpuTables(gpu, gemm, ctx, gen, AllReduceTable.from_columns(a) if a is not None else None,
+                     MoeTable(mo) if mo is not None else None)
+
+
+@lru_cache(maxsize=8)
+def load_tables(gpu: str) -> GpuTables | None:
+    """Cached `build_tables` for production use (tables are immutable once built; curves cache lazily)."""
+    return build_tables(gpu)

@@ -1,0 +1,359 @@
+"""RadixAttention prefix cache: a radix tree of cached KV, matched by token ids or block hashes.
+
+Semantics follow SGLang's ``mem_cache/radix_cache.py::RadixCache`` (sglang-internals.md §3):
+
+- **Keys.** A key is a sequence of ints. With ``key_unit == 1`` each element is one token id; with ``key_unit > 1``
+  each element is a block hash standing for ``key_unit`` tokens (Mooncake: 512) and is matched only whole.
+- **Granularity.** Matches and inserts are floored to whole pages (``page_size`` tokens) and whole key elements
+  (§3.3, §3.8). In element units the tree works in steps of ``g`` elements: ``g = page_size`` for token keys,
+  ``g = page_size // key_unit`` (at least 1) for block keys.
+- **Children** are keyed by their first element (``g == 1``) or by the tuple of their first ``g`` elements, as
+  SGLang's ``child_key(page_size)``.
+- **LRU stamps** are ``(now, tick)``: ``now`` is the simulated time passed in, ``tick`` a per-cache counter bumped
+  once per operation, so ties break deterministically (UnifiedTreeCore uses a counter too, §3.6).
+- **Locks** (``lock_ref``) run along the path to the root; ``evictable_size`` counts unlocked tree tokens and
+  ``protected_size`` locked ones, both maintained incrementally.
+- **Eviction** is lazy (the caller evicts only when an allocation falls short), removes whole unlocked leaves,
+  least recently used first, from a heap with lazy invalidation.
+- **Synthetic (unique) nodes** hold KV whose content is unknown (random prompts, generated tokens): they carry a
+  token count and no key, hang under a child key no real key can equal, and so are evictable but never matched.
+
+All sizes are in tokens (KV slots). Nothing here allocates memory: the pool is :class:`simcore.kv_cache.KVCache`.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+_SYN = "syn"  # tag of synthetic child keys: ("syn", uid) never equals an int or a tuple of ints
+
+
+class TreeNode:
+    """One node of the radix tree. ``end`` is the token position where this node's KV ends (path length)."""
+
+    __slots__ = ("id", "parent", "children", "key", "ntok", "end", "ckey", "lock_ref", "last_access", "tick")
+
+    def __init__(self, nid: int, parent: "TreeNode | None", key: tuple[int, ...], ntok: int, ckey: Any) -> None:
+        self.id = nid
+        self.parent = parent
+        self.children: dict[Any, TreeNode] = {}
+        self.key = key  # () for synthetic nodes and the root
+        self.ntok = ntok
+        self.end = (parent.end if parent is not None else 0) + ntok
+        self.ckey = ckey  # this node's key in parent.children
+        self.lock_ref = 0
+        self.last_access = 0.0
+        self.tick = 0
+
+    @property
+    def synthetic(self) -> bool:
+        return isinstance(self.ckey, tuple) and len(self.ckey) == 2 and self.ckey[0] == _SYN
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"TreeNode(id={self.id}, ntok={self.ntok}, end={self.end}, lock={self.lock_ref})"
+
+
+@dataclass(frozen=True, slots=True)
+class MatchResult:
+    """Longest cached prefix: ``prefix_len`` tokens, ending at ``node`` (the root when nothing matched)."""
+
+    prefix_len: int
+    node: TreeNode
+
+
+def _common_prefix(a: tuple[int, ...], off: int, b: tuple[int, ...]) -> int:
+    """Length of the common prefix of ``a[off:]`` and ``b``, by slice compares (C speed, no per-token loop)."""
+    n = min(len(b), len(a) - off)
+    if a[off:off + n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[off:off+lo] == b[:lo]; the first hi elements differ somewhere
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[off + lo:off + mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class RadixCache:
+    """The prefix tree. See the module docstring for the rules; all counts are tokens."""
+
+    def __init__(self, page_size: int = 1, key_unit: int = 1, disable: bool = False) -> None:
+        if page_size < 1 or key_unit < 1:
+            raise ValueError("page_size and key_unit must be >= 1")
+        if key_unit > 1 and key_unit % page_size and page_size % key_unit:
+            raise ValueError(f"key_unit {key_unit} and page_size {page_size}: one must divide the other")
+        self.page_size = page_size
+        self.key_unit = key_unit
+        self.disable = disable
+        # step in key elements: matches/inserts advance by whole g-element groups (a page or more)
+        self.g = page_size if key_unit == 1 else max(1, page_size // key_unit)
+        self._next_id = 1
+        self._tick = 0
+        self._next_uid = 0
+        self.root = TreeNode(0, None, (), 0, None)
+        self.root.lock_ref = 1  # the root is never evicted
+        self._nodes: dict[int, TreeNode] = {0: self.root}
+        self._heap: list[tuple[float, int, int]] = []  # (last_access, tick, node id) of evictable leaves, lazily
+        self.evictable_size = 0
+        self.protected_size = 0
+
+    # ---- sizes ----------------------------------------------------------------------------------------
+    @property
+    def total_size(self) -> int:
+        """Tokens held by the tree."""
+        return self.evictable_size + self.protected_size
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self._nodes) - 1
+
+    def node_by_id(self, nid: int) -> TreeNode:
+        return self._nodes[nid]
+
+    # ---- internals ------------------------------------------------------------------------------------
+    def _stamp(self, now: float) -> tuple[float, int]:
+        self._tick += 1
+        return now, self._tick
+
+    def _push(self, node: TreeNode) -> None:
+        """Record ``node`` (an unlocked leaf) as an eviction candidate under its current stamp."""
+        heapq.heappush(self._heap, (node.last_access, node.tick, node.id))
+        if len(self._heap) > 4 * len(self._nodes) + 64:
+            self._compact()
+
+    def _compact(self) -> None:
+        # stale entries (touched again, locked, split away, evicted) pile up when nothing is evicted for long;
+        # dropping them keeps the heap O(nodes) at amortized O(1) per push
+        self._heap = list({e for e in self._heap if self._valid(e) is not None})
+        heapq.heapify(self._heap)
+
+    def _touch(self, node: TreeNode, stamp: tuple[float, int]) -> None:
+        node.last_access, node.tick = stamp
+        if not node.children and node.lock_ref == 0 and node is not self.root:
+            self._push(node)
+
+    def _child_key(self, key: tuple[int, ...], pos: int) -> Any:
+        return key[pos] if self.g == 1 else key[pos:pos + self.g]
+
+    def _new_node(self, parent: TreeNode, key: tuple[int, ...], ntok: int, ckey: Any,
+                  stamp: tuple[float, int]) -> TreeNode:
+        node = TreeNode(self._next_id, parent, key, ntok, ckey)
+        self._next_id += 1
+        self._nodes[node.id] = node
+        parent.children[ckey] = node
+        self.evictable_size += ntok  # new nodes are unlocked
+        self._touch(node, stamp)
+        return node
+
+    def _split(self, child: TreeNode, k: int) -> TreeNode:
+        """Split ``child`` after ``k`` key elements; the new parent takes the front and inherits the lock count.
+
+        The child keeps its id, so locks held by requests on it stay valid (SGLang does the same).
+        """
+        parent = child.parent
+        assert parent is not None and 0 < k < len(child.key)
+        front_tok = k * self.key_unit
+        new = TreeNode(self._next_id, parent, child.key[:k], front_tok, child.ckey)
+        self._next_id += 1
+        self._nodes[new.id] = new
+        new.lock_ref = child.lock_ref
+        new.last_access, new.tick = child.last_access, child.tick
+        parent.children[child.ckey] = new
+        child.key = child.key[k:]
+        child.ntok -= front_tok
+        child.parent = new
+        child.ckey = self._child_key(child.key, 0)
+        new.children[child.ckey] = child
+        return new
+
+    def _max_elems(self, key_len: int, max_tokens: int) -> int:
+        n = min(key_len, max(0, max_tokens) // self.key_unit)
+        return n - n % self.g
+
+    # ---- match / insert -------------------------------------------------------------------------------
+    def match_prefix(self, key: Sequence[int], max_prefix_len: int, now: float) -> MatchResult:
+        """Longest cached prefix of ``key``, page-aligned, at most ``max_prefix_len`` tokens; touches the path."""
+        if self.disable or not key:
+            return MatchResult(0, self.root)
+        key = key if isinstance(key, tuple) else tuple(key)
+        n = self._max_elems(len(key), max_prefix_len)
+        key = key[:n]
+        stamp = self._stamp(now)
+        node = self.root
+        node.last_access, node.tick = stamp
+        pos = 0
+        while pos < n:
+            child = node.children.get(self._child_key(key, pos))
+            if child is None:
+                break
+            k = _common_prefix(key, pos, child.key)
+            k -= k % self.g
+            if k == 0:
+                break
+            if k < len(child.key):
+                child = self._split(child, k)
+            self._touch(child, stamp)
+            pos += k
+            node = child
+        return MatchResult(node.end, node)
+
+    def insert(self, key: Sequence[int], num_tokens: int, now: float) -> tuple[int, TreeNode]:
+        """Make the first ``num_tokens`` (floored to page and key unit) of ``key`` present.
+
+        Returns (tokens among them that were already in the tree, the last node of the path).
+        """
+        if self.disable or not key:
+            return 0, self.root
+        key = key if isinstance(key, tuple) else tuple(key)
+        n = self._max_elems(len(key), num_tokens)
+        key = key[:n]
+        stamp = self._stamp(now)
+        node = self.root
+        node.last_access, node.tick = stamp
+        pos = 0
+        while pos < n:
+            ck = self._child_key(key, pos)
+            child = node.children.get(ck)
+            if child is None:
+                node = self._new_node(node, key[pos:], (n - pos) * self.key_unit, ck, stamp)
+                return pos * self.key_unit, node
+            k = _common_prefix(key, pos, child.key)
+            k -= k % self.g
+            if k < len(child.key):
+                child = self._split(child, k)
+            self._touch(child, stamp)
+            pos += k
+            node = child
+        return n * self.key_unit, node
+
+    def extend_unique(self, node: TreeNode, num_tokens: int, now: float) -> TreeNode:
+        """Append ``num_tokens`` of never-matchable KV below ``node`` (content unknown); returns the new node."""
+        if self.disable or num_tokens <= 0:
+            return node
+        self._next_uid += 1
+        return self._new_node(node, (), num_tokens, (_SYN, self._next_uid), self._stamp(now))
+
+    # ---- locks ----------------------------------------------------------------------------------------
+    def inc_lock_ref(self, node: TreeNode) -> None:
+        """Lock the path from ``node`` to the root (one more holder)."""
+        while node is not self.root:
+            if node.lock_ref == 0:
+                self.evictable_size -= node.ntok
+                self.protected_size += node.ntok
+            node.lock_ref += 1
+            node = node.parent  # type: ignore[assignment]
+
+    def dec_lock_ref(self, node: TreeNode) -> None:
+        """Release one lock on the path; nodes reaching 0 become evictable (leaves enter the heap)."""
+        while node is not self.root:
+            if node.lock_ref <= 0:
+                raise RuntimeError(f"dec_lock_ref on unlocked node {node.id}")
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                self.evictable_size += node.ntok
+                self.protected_size -= node.ntok
+                if not node.children:
+                    self._push(node)
+            node = node.parent  # type: ignore[assignment]
+
+    # ---- eviction -------------------------------------------------------------------------------------
+    def _valid(self, entry: tuple[float, int, int]) -> TreeNode | None:
+        node = self._nodes.get(entry[2])
+        if node is None or node.children or node.lock_ref or node.tick != entry[1] or node is self.root:
+            return None
+        return node
+
+    def evict(self, num_tokens: int) -> int:
+        """Evict unlocked leaves, least recently used first, whole nodes, until ``num_tokens`` are freed.
+
+        Returns tokens freed (may overshoot by part of the last node; less when nothing more is evictable).
+        """
+        freed = 0
+        heap = self._heap
+        while freed < num_tokens and heap:
+            node = self._valid(heapq.heappop(heap))
+            if node is None:
+                continue
+            parent = node.parent
+            assert parent is not None
+            del parent.children[node.ckey]
+            del self._nodes[node.id]
+            freed += node.ntok
+            self.evictable_size -= node.ntok
+            if parent is not self.root and not parent.children and parent.lock_ref == 0:
+                self._push(parent)
+                heap = self._heap  # _push may have compacted it into a new list
+        return freed
+
+    def eviction_order(self) -> list[int]:
+        """Ids of the currently evictable leaves in the order ``evict`` would take them (for tests and views)."""
+        return [e[2] for e in sorted(set(self._heap)) if self._valid(e) is not None]
+
+    # ---- snapshot -------------------------------------------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        """Plain JSON-able state; :meth:`from_state` rebuilds a cache that behaves identically."""
+        nodes = []
+        stack = [self.root]
+        while stack:  # parents before children, deterministic order (children dict order)
+            node = stack.pop()
+            if node is not self.root:
+                nodes.append({
+                    "id": node.id, "parent": node.parent.id,  # type: ignore[union-attr]
+                    "key": list(node.key), "ntok": node.ntok,
+                    "uid": node.ckey[1] if node.synthetic else None,
+                    "lock_ref": node.lock_ref, "last_access": node.last_access, "tick": node.tick,
+                })
+            stack.extend(reversed(list(node.children.values())))
+        return {
+            "page_size": self.page_size, "key_unit": self.key_unit, "disable": self.disable,
+            "next_id": self._next_id, "tick": self._tick, "next_uid": self._next_uid,
+            "root": {"last_access": self.root.last_access, "tick": self.root.tick},
+            "nodes": nodes,
+        }
+
+    @classmethod
+    def from_state(cls, d: dict[str, Any]) -> "RadixCache":
+        cache = cls(d["page_size"], d["key_unit"], d["disable"])
+        cache._next_id, cache._tick, cache._next_uid = d["next_id"], d["tick"], d["next_uid"]
+        cache.root.last_access, cache.root.tick = d["root"]["last_access"], d["root"]["tick"]
+        for nd in d["nodes"]:
+            parent = cache._nodes[nd["parent"]]
+            key = tuple(nd["key"])
+            ckey = (_SYN, nd["uid"]) if nd["uid"] is not None else cache._child_key(key, 0)
+            node = TreeNode(nd["id"], parent, key, nd["ntok"], ckey)
+            node.lock_ref, node.last_access, node.tick = nd["lock_ref"], nd["last_access"], nd["tick"]
+            parent.children[ckey] = node
+            cache._nodes[node.id] = node
+            if node.lock_ref:
+                cache.protected_size += node.ntok
+            else:
+                cache.evictable_size += node.ntok
+        for node in cache._nodes.values():
+            if node is not cache.root and not node.children and node.lock_ref == 0:
+                cache._heap.append((node.last_access, node.tick, node.id))
+        heapq.heapify(cache._heap)
+        return cache
+
+    # ---- checks ---------------------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """Recount everything from the nodes and compare with the incremental counters (raises AssertionError)."""
+        ev = pr = 0
+        for node in self._nodes.values():
+            if node is self.root:
+                continue
+            p = node.parent
+            assert p is not None and p.children.get(node.ckey) is node, f"node {node.id} detached"
+            assert node.end == p.end + node.ntok, f"node {node.id} end"
+            assert node.ntok > 0 and node.ntok % self.page_size == 0 or node.synthetic, f"node {node.id} size"
+            assert node.lock_ref >= 0 and (node.lock_ref <= p.lock_ref or p is self.root), f"lock order {node.id}"
+            if not node.synthetic:
+                assert node.ntok == len(node.key) * self.key_unit
+            if node.lock_ref:
+                pr += node.ntok
+            else:
+                ev += node.ntok
+        assert (ev, pr) == (self.evictable_size, self.protected_size), (ev, pr, self.evictable_size,
+                                                                         self.protected_size)

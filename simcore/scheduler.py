@@ -1,0 +1,316 @@
+"""SGLang's scheduling decisions, as pure functions and small classes (sglang-internals.md §2.4–2.7).
+
+Nothing here knows about SimPy or time: :class:`simcore.server.Server` owns the loop and calls into
+
+- :func:`order_waiting` — ``SchedulePolicy.calc_priority``: the queue order of one scheduling pass
+  (``fcfs``, ``lpm`` with its FCFS fallback above 128 waiting and in-batch prefix deprioritisation,
+  ``dfs-weight``, ``lof``, ``random``);
+- :class:`PrefillAdder` — admission budgets (``max_prefill_tokens``, ``chunked_prefill_size``, remaining tokens
+  counting evictable cache, the reservation ``min(max_new − out, 4096) × new_token_ratio``, page overhead);
+- :class:`NewTokenRatio` — start, decay, floor, reset, and the jump after a retraction;
+- :func:`retraction_order` — which running request a decode-memory shortage retracts first.
+
+Requests are duck-typed (see :class:`SchedReq`): the server's request state exposes these attributes.
+All counts are tokens.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+from simcore.settings import ServerSettings
+
+# In-batch prefix caching thresholds (env IN_BATCH_PREFIX_CACHING_CHECK/DEPRIORITIZE_THRESHOLD, §2.4).
+IN_BATCH_CHECK_THRESHOLD = 32
+IN_BATCH_DEPRIORITIZE_THRESHOLD = 32
+
+
+class SchedReq(Protocol):
+    """What the scheduling functions read from a request."""
+
+    rid: str
+    key: tuple[int, ...] | None
+    key_unit: int
+    input_len: int
+    max_new: int           # max_new_tokens after clipping to the context
+    ignore_eos: bool
+    prefix_len: int        # tokens matched at the last match
+    last_node: Any         # tree node of that match
+
+    @property
+    def fill_len(self) -> int: ...   # prompt + outputs generated so far (outputs only after a retraction)
+
+    @property
+    def out_len(self) -> int: ...    # outputs generated so far
+
+
+class AddResult(Enum):
+    CONTINUE = "continue"
+    NO_TOKEN = "no_token"
+    OTHER = "other"
+
+
+# ---- new_token_ratio ------------------------------------------------------------------------------------
+class NewTokenRatio:
+    """``NewTokenRatioTracker`` (§2.6): the share of ``max_new_tokens`` the adder reserves for running requests."""
+
+    __slots__ = ("init", "min", "decay", "current")
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.init = min(settings.init_new_token_ratio * settings.schedule_conservativeness, 1.0)
+        self.min = min(self.init * settings.min_new_token_ratio_factor, 1.0)
+        self.decay = (self.init - self.min) / settings.new_token_ratio_decay_steps
+        self.current = self.init
+
+    def decay_step(self, steps: int = 1) -> None:
+        """Called once per decode step that did not retract; ``steps`` applies several at once (fast path)."""
+        self.current = max(self.current - self.decay * steps, self.min) if steps == 1 else \
+            self._decay_n(steps)
+
+    def _decay_n(self, steps: int) -> float:
+        # Repeated subtraction, not ``current - n*decay``: float rounding must match the step-by-step loop.
+        c = self.current
+        for _ in range(steps):
+            c = max(c - self.decay, self.min)
+            if c == self.min:
+                break
+        return c
+
+    def reset(self) -> None:
+        """Scheduler.on_idle(): back to the initial value."""
+        self.current = self.init
+
+    @staticmethod
+    def after_retract(out_lens: Sequence[int], max_news: Sequence[int], retract_decode_steps: int) -> float:
+        """``estimate_new_token_ratio_after_retract`` over the requests that stay running."""
+        n = len(out_lens)
+        return min(1.0, (sum(out_lens) + retract_decode_steps * n) / (sum(max_news) + 1))
+
+
+# ---- queue ordering ---------------------------------------------------------------------------------------
+def active_policy(settings: ServerSettings, num_waiting: int) -> str:
+    """The policy of one pass: LPM falls back to FCFS above 128 waiting; cache-aware → FCFS without a cache."""
+    pol = settings.policy
+    if pol in ("lpm", "dfs-weight") and settings.disable_radix_cache:
+        return "fcfs"
+    if pol == "lpm" and num_waiting > settings.lpm_fallback_queue_len:
+        return "fcfs"
+    return pol
+
+
+def _key_tokens(req: SchedReq, elems: int) -> int:
+    return min(elems * req.key_unit, req.fill_len - 1)
+
+
+def _in_batch_deprioritised(waiting: Sequence[SchedReq]) -> set[int]:
+    """Indices of requests deprioritised by in-batch prefix caching (§2.4, cache-aware policies).
+
+    A request with a short real-cache match (≤ 32 tokens) is matched against a simulated tree of the waiting
+    requests seen so far in this pass; ≥ 32 matched tokens there → deprioritised, else it joins that tree.
+    The simulated tree is a trie of key elements (dict of dicts).
+    """
+    trie: dict[Any, Any] = {}
+    out: set[int] = set()
+    for i, r in enumerate(waiting):
+        if r.prefix_len > IN_BATCH_CHECK_THRESHOLD or not r.key:
+            continue
+        node, depth = trie, 0
+        for k in r.key:
+            nxt = node.get(k)
+            if nxt is None:
+                break
+            node, depth = nxt, depth + 1
+        if depth and _key_tokens(r, depth) >= IN_BATCH_DEPRIORITIZE_THRESHOLD:
+            out.add(i)
+            continue
+        node = trie
+        for k in r.key:
+            node = node.setdefault(k, {})
+    return out
+
+
+def _dfs_weight_order(waiting: Sequence[SchedReq]) -> list[int]:
+    """``_dfs_weight_order``: DFS over the cached prefixes, children by descending number of waiting requests.
+
+    Each request sits at the node of its matched prefix. We rebuild the relevant part of the radix tree as a trie
+    of matched key elements; a compressed radix path and a per-element trie give the same DFS order. Ties keep
+    first-seen (queue) order.
+    """
+    root: dict[str, Any] = {"c": {}, "reqs": [], "w": 0}
+    for i, r in enumerate(waiting):
+        elems = r.prefix_len // r.key_unit if r.key else 0
+        node = root
+        node["w"] += 1
+        for k in (r.key or ())[:elems]:
+            node = node["c"].setdefault(k, {"c": {}, "reqs": [], "w": 0})
+            node["w"] += 1
+        node["reqs"].append(i)
+    order: list[int] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        order.extend(node["reqs"])
+        kids = sorted(node["c"].values(), key=lambda n: -n["w"])
+        stack.extend(reversed(kids))
+    return order
+
+
+def order_waiting(waiting: list[Any], settings: ServerSettings, rng: np.random.Generator,
+                  match: Callable[[Any], None]) -> str:
+    """Sort ``waiting`` in place for one pass, as ``calc_priority`` does; returns the active policy.
+
+    ``match(req)`` refreshes ``req.prefix_len``/``req.last_node`` against the real tree (touching LRU); it is
+    called for every waiting request under cache-aware policies only.
+    """
+    pol = active_policy(settings, len(waiting))
+    if pol == "fcfs":
+        return pol
+    if pol == "lof":
+        waiting.sort(key=lambda r: -r.max_new)  # stable: FCFS among equals
+        return pol
+    if pol == "random":
+        perm = rng.permutation(len(waiting))
+        waiting[:] = [waiting[i] for i in perm]
+        return pol
+    for r in waiting:
+        match(r)
+    if pol == "lpm":
+        dep = _in_batch_deprioritised(waiting)
+        inf = float("inf")
+        keyed = [(inf if i in dep else -r.prefix_len, i) for i, r in enumerate(waiting)]
+        keyed.sort()
+        waiting[:] = [waiting[i] for _, i in keyed]
+    elif pol == "dfs-weight":
+        order = _dfs_weight_order(waiting)
+        waiting[:] = [waiting[i] for i in order]
+    return pol
+
+
+# ---- retraction -------------------------------------------------------------------------------------------
+def retraction_order(running: Sequence[SchedReq]) -> list[SchedReq]:
+    """Requests in the order ``retract_decode`` pops them: fewest outputs first, then longest input (§2.7)."""
+    return sorted(running, key=lambda r: (r.out_len, -r.input_len))
+
+
+# ---- PrefillAdder -----------------------------------------------------------------------------------------
+class PrefillAdder:
+    """Admission of one prefill batch (§2.5). Call :meth:`add_chunked_req` first, then :meth:`add_one_req` per
+    waiting request in policy order until it returns something other than CONTINUE.
+
+    ``available()`` is free + evictable tokens of the pool *now* (it shrinks while the adder holds a temporary
+    lock on the candidate's prefix); ``lock``/``unlock`` take and drop that temporary lock. An admitted request's
+    prefix is locked for good (``inc_lock_ref(req.last_node)``, released by the server at finish/retraction), so
+    later candidates no longer count it as evictable.
+    """
+
+    def __init__(self, settings: ServerSettings, available: Callable[[], int], lock: Callable[[Any], None],
+                 unlock: Callable[[Any], None], running_reservation: float, new_token_ratio: float,
+                 num_mixed_decode_tokens: int = 0, family: str | None = None) -> None:
+        self.s = settings
+        self.page = settings.page_size
+        self.clip = settings.clip_max_new_tokens_estimation
+        fam = self.fam = family or settings.family  # callers pass it: settings.family parses a version string
+        self.v0523 = fam == "0.5.23"
+        self.overhead = self.page if self.v0523 else 0
+        self.ratio = new_token_ratio
+        self._available = available
+        self._lock, self._unlock = lock, unlock
+        self.total_offset = float(num_mixed_decode_tokens) + running_reservation
+        self.current_offset = float(num_mixed_decode_tokens)
+        self.rem_input = settings.max_prefill_tokens - num_mixed_decode_tokens
+        self.rem_chunk: int | None = (settings.chunked_prefill_size - num_mixed_decode_tokens
+                                      if settings.chunking_enabled else None)
+        self.can_run: list[Any] = []
+        self.extend: dict[int, int] = {}  # id(req) → tokens to compute this step
+        self.new_chunked: Any = None
+        self.log_hit_tokens = 0
+        self.log_input_tokens = 0
+
+    # -- budgets --
+    @property
+    def rem_total(self) -> float:
+        return self._available() - self.total_offset
+
+    @property
+    def cur_rem(self) -> float:
+        return self._available() - self.current_offset
+
+    def _ceil_page(self, n: int) -> int:
+        return -(-n // self.page) * self.page
+
+    def budget_state(self) -> AddResult:
+        if self.rem_total <= 0 or self.cur_rem <= 0:
+            return AddResult.NO_TOKEN
+        if self.rem_input <= 0 or (self.rem_chunk is not None and self.rem_chunk <= 0):
+            return AddResult.OTHER
+        return AddResult.CONTINUE
+
+    def _update(self, prefix_len: int, extend_len: int, max_new: int) -> None:
+        ext = self._ceil_page(extend_len)
+        self.total_offset += ext + self.overhead + max_new
+        self.current_offset += ext + self.overhead
+        self.rem_input -= ext
+        if self.rem_chunk is not None:
+            self.rem_chunk -= ext
+        self.log_hit_tokens += prefix_len
+        self.log_input_tokens += extend_len if self.v0523 else ext
+
+    def reserve_of(self, req: SchedReq) -> int:
+        """``min(max(max_new − out, 0), CLIP)`` (0.4 ignores the outputs already generated)."""
+        if self.fam == "0.4":
+            return min(req.max_new, self.clip)
+        return min(max(req.max_new - req.out_len, 0), self.clip)
+
+    # -- continuation of the in-flight chunked request --
+    def add_chunked_req(self, req: SchedReq, remaining: int) -> Any:
+        """Next chunk of ``req`` (``remaining`` tokens still to compute). Returns req if still unfinished."""
+        budget = min(self.rem_chunk if self.rem_chunk is not None else remaining, int(self.rem_total))
+        if budget <= 0:  # the continuation must make progress
+            budget = self.rem_chunk if self.rem_chunk is not None else remaining
+        truncated = remaining > budget
+        new_len = min(remaining, budget)
+        if truncated:
+            new_len = max(self.page, new_len // self.page * self.page)
+        self.can_run.append(req)
+        self.extend[id(req)] = new_len
+        self._update(0, new_len, 0 if truncated else self.reserve_of(req))
+        return req if truncated else None
+
+    # -- a waiting request --
+    def add_one_req(self, req: SchedReq) -> AddResult:
+        """Try to admit ``req`` whose ``prefix_len``/``last_node`` were just refreshed by a match."""
+        max_new = self.reserve_of(req)
+        extend = req.fill_len - req.prefix_len
+        total_tokens = extend + max_new + self.overhead
+        self._lock(req.last_node)
+        try:
+            input_tokens = self._ceil_page(extend)
+            if total_tokens >= self.rem_total:
+                return AddResult.NO_TOKEN
+            check_input = (not self.s.chunking_enabled) if self.v0523 else True
+            if check_input and self.can_run and input_tokens >= self.rem_input:
+                return AddResult.OTHER
+            if self.rem_chunk is None or input_tokens <= self.rem_chunk:
+                self._lock(req.last_node)  # admitted: its prefix stays locked (no longer evictable)
+                self.can_run.append(req)
+                self.extend[id(req)] = extend
+                self._update(req.prefix_len, extend, max_new)
+            else:
+                if self.fam == "0.4":
+                    trunc = self.rem_chunk - self.page + 1
+                else:
+                    trunc = self.rem_chunk // self.page * self.page
+                end = (req.prefix_len + trunc) // self.page * self.page
+                trunc = end - req.prefix_len
+                if trunc <= 0:
+                    return AddResult.OTHER
+                self._lock(req.last_node)
+                self.can_run.append(req)
+                self.extend[id(req)] = trunc
+                self.new_chunked = req
+                self._update(req.prefix_len, trunc, 0)
+        finally:
+            self._unlock(req.last_node)
+        return self.budget_state()

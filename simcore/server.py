@@ -1,0 +1,625 @@
+"""The SimPy model of one SGLang server: the scheduler loop of sglang-internals.md §2.1/§8.1.
+
+One iteration at time ``t``: ingest arrivals (``arrival_s + tokenize_s <= t``), build a batch prefill-first
+(§2.2–2.5; decode with retraction otherwise, §2.7), launch it, then advance the clock:
+
+- overlap ON (default): the GPU starts at ``max(t + cpu, end of the previous GPU step)``; the next iteration
+  starts at ``max(t + cpu, end of the previous GPU step)`` and first applies the *previous* batch's results
+  (tokens, finishes) — so a first token appears one CPU pass after its prefill's GPU work ends, requests that
+  finish by length are left out of the next batch, and an EOS finish costs one extra decode row (§6.3, §8.3.8).
+- overlap OFF: ``t + cpu + gpu``, results applied before the next iteration.
+
+**Fast path.** Per-request progress is kept lazily: a running request's output count is
+``o0 + (G - g0)`` where ``G`` counts decode launches, and the batch's ``Σ kv`` is maintained incrementally, so a
+decode step costs O(1) plus the requests that join, leave or finish. The process does not yield to SimPy for an
+iteration when nothing else can happen before it (``t < env.peek()``) and its results touch nobody outside
+(no finish): that is exactly what yielding would do, only faster. ``fast=False`` yields at every iteration; a test
+checks the two give identical records.
+
+Wake-ups use priority ``LATE`` (after SimPy's NORMAL), so requests submitted at the same simulated time as an
+iteration are always ingested by it, whatever the event order.
+"""
+from __future__ import annotations
+
+import bisect
+import heapq
+from typing import Any, Callable
+
+import numpy as np
+import simpy
+
+from simcore.kv_cache import KVCache
+from simcore.memory import max_running_requests as _derive_max_running
+from simcore.perf.base import BatchShape, LatencyModel, StepTime
+from simcore.request import RequestSpec
+from simcore.results import RequestRecord, StepRecord
+from simcore.scheduler import AddResult, NewTokenRatio, PrefillAdder, order_waiting, retraction_order
+from simcore.server_state import (Batch, Req, ReservationSum, batch_from_state, batch_to_state, req_from_state,
+                                  req_to_state)
+from simcore.settings import ServerSettings, resolve
+
+LATE = 2  # SimPy priority: URGENT=0, NORMAL=1; our wake-ups run after every same-time event
+
+
+class Server:
+    """One SGLang server (one TP group). ``submit(req)`` returns an event that succeeds with the
+    :class:`RequestRecord` when the request finishes; ``on_finish`` (optional) is called with it as well."""
+
+    def __init__(self, env: simpy.Environment, settings: ServerSettings, kv_capacity_tokens: int,
+                 latency: LatencyModel, *, key_unit: int = 1, rng: np.random.Generator | None = None,
+                 observer: Callable[[StepRecord], None] | None = None,
+                 on_finish: Callable[[RequestRecord], None] | None = None,
+                 max_running_requests: int | None = None, context_len: int | None = None,
+                 tokenize_s: float = 0.0, detokenize_s: float = 0.0, fast: bool = True,
+                 _start: bool = True) -> None:
+        if settings.chunked_prefill_size is None or settings.cuda_graph_bs is None:
+            settings = resolve(settings, None)
+        self.env = env
+        self.s = settings
+        self.latency = latency
+        self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.observer = observer
+        self.on_finish = on_finish
+        self.fast = fast
+        self.tokenize_s = tokenize_s      # HTTP-side tokenization before the scheduler sees the request
+        self.detokenize_s = detokenize_s  # detokenizer + HTTP hop added to every emitted token's time
+        self.page = settings.page_size
+        self.overlap = not settings.disable_overlap_schedule
+        cap = kv_capacity_tokens
+        self.kv = KVCache(cap, settings.page_size, key_unit, settings.disable_radix_cache)
+        ctx = context_len or settings.context_length or cap
+        self.max_req_len = max(2, min(ctx - 1, cap - 1))
+        self.max_running = max_running_requests or _derive_max_running(cap, ctx, settings.max_running_requests,
+                                                                       settings.dp_size)
+        self.graph_bs: tuple[int, ...] = () if settings.disable_cuda_graph else tuple(settings.cuda_graph_bs or ())
+        self.ratio = NewTokenRatio(settings)
+        self.fam = settings.family
+        self.res = ReservationSum(settings.clip_max_new_tokens_estimation, self.fam == "0.4")
+        # queues and running state
+        self.pending: list[tuple[float, int, Req]] = []  # submitted, not yet ingested: (ingest time, seq, req)
+        self.waiting: list[Req] = []
+        self.R: dict[str, Req] = {}          # decoding requests (lazy counters)
+        self.F: dict[str, Req] = {}          # last token launched, result not yet applied
+        self.zombies: list[Req] = []         # EOS finishers riding the next decode batch (overlap only)
+        self.joined: list[Req] = []          # joined R since the last decode launch (their first ITL)
+        self.chunked: Req | None = None
+        self.clk = [0]                       # G: decode launches so far (shared with Req.out_len)
+        self.sum_kv = 0                      # Σ (input + out) over R
+        self.fin_heap: list[tuple[int, int, str, int]] = []  # (G at last launch, seq, rid, version)
+        self.batch_is_full = False
+        self.reqs: dict[str, Req] = {}       # every unfinished request
+        self.events: dict[str, simpy.Event] = {}
+        # clock
+        self.t = env.now                     # start of the next iteration
+        self.gpu_free = env.now
+        self.inflight: Batch | None = None   # overlap: launched, results not applied
+        self.due: Batch | None = None        # results to apply at self.t
+        self.idle = False
+        self._wake: simpy.Event | None = None
+        self.last_decode_apply = 0.0
+        # counters and statistics
+        self.seq = 0
+        self.bid = 0
+        self.steps = 0
+        self.num_retractions = 0
+        self.kv_peak_used = 0
+        self.itl_vals: list[float] = []
+        self.itl_w: list[int] = []
+        self.records: list[RequestRecord] = []
+        self.proc = env.process(self._run()) if _start else None
+
+    # ---- public -------------------------------------------------------------------------------------
+    def submit(self, spec: RequestSpec) -> simpy.Event:
+        """Queue ``spec``; it reaches the scheduler at ``arrival_s + tokenize_s`` (not before ``env.now``)."""
+        if spec.rid in self.reqs:
+            raise ValueError(f"duplicate request id {spec.rid!r}")
+        req = Req.from_spec(spec, self.max_req_len, self.clk)
+        ev = self.env.event()
+        self.reqs[spec.rid] = req
+        self.events[spec.rid] = ev
+        self._push_pending(req, max(spec.arrival_s + self.tokenize_s, self.env.now))
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+        return ev
+
+    @property
+    def kv_peak_usage(self) -> float:
+        return self.kv_peak_used / self.kv.capacity
+
+    @property
+    def num_running(self) -> int:
+        return len(self.R) + len(self.F) + (1 if self.chunked else 0)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    # ---- helpers ------------------------------------------------------------------------------------
+    def _push_pending(self, req: Req, at: float) -> None:
+        self.seq += 1
+        req.ingest_s = at
+        heapq.heappush(self.pending, (at, self.seq, req))
+
+    def _late(self, delay: float) -> simpy.Event:
+        ev = simpy.Event(self.env)
+        ev._ok = True  # a Timeout, but scheduled with our LATE priority
+        ev._value = None
+        self.env.schedule(ev, LATE, max(0.0, delay))
+        return ev
+
+    def _ceil(self, n: int) -> int:
+        p = self.page
+        return -(-n // p) * p
+
+    def _pad(self, bs: int) -> int | None:
+        """Decode CUDA-graph batch size (§6.1): next captured size, None (eager) above the largest."""
+        g = self.graph_bs
+        if not g or bs > g[-1]:
+            return None
+        return g[bisect.bisect_left(g, bs)]
+
+    # ---- the loop -----------------------------------------------------------------------------------
+    def _run(self):  # noqa: C901 - the scheduler loop reads best in one place
+        env = self.env
+        # first iteration (or the one a restored server resumes with) runs after same-time submits
+        yield self._late(self.t - env.now)
+        while True:
+            if self.due is not None:
+                self._apply(self.due, self.t)
+                self.due = None
+            t = self.t
+            # ingest: arrivals are picked up only at iteration starts (§6.3, §8.3.15)
+            pend = self.pending
+            while pend and pend[0][0] <= t:
+                req = heapq.heappop(pend)[2]
+                req.wait_entry_s = req.ingest_s
+                self.waiting.append(req)
+            batch = self._schedule(t)
+            if batch is not None:
+                st = self.latency.step_time(batch.shape)
+                cpu = st.cpu_s
+                self.steps += 1
+                if self.overlap:
+                    launch = max(t + cpu, self.gpu_free)
+                    batch.gpu_end = self.gpu_free = launch + st.gpu_s
+                    prev = self.inflight
+                    self.inflight = batch
+                    nxt = max(t + cpu, prev.gpu_end) if prev is not None else t + cpu
+                    self.due = prev
+                else:
+                    launch = t + cpu
+                    batch.gpu_end = self.gpu_free = launch + st.gpu_s
+                    nxt = batch.gpu_end
+                    self.due = batch
+                used = self.kv.used
+                if used > self.kv_peak_used:
+                    self.kv_peak_used = used
+                if self.observer is not None:
+                    self.observer(StepRecord(launch, batch.gpu_end, batch.shape, self.num_running,
+                                             len(self.waiting), used, self.kv.capacity, self.ratio.current,
+                                             batch.retracted))
+                self.t = nxt
+            elif self.inflight is not None:  # overlap: nothing new to launch; process the last result
+                self.due = self.inflight
+                self.inflight = None
+                self.t = max(t, self.due.gpu_end)
+            else:
+                self.ratio.reset()  # Scheduler.on_idle()
+                if not pend and not self.waiting:
+                    self.idle = True
+                    self._wake = env.event()
+                    yield self._wake
+                    self._wake = None
+                    self.idle = False
+                if pend:
+                    self.t = max(t, pend[0][0], env.now)
+                elif self.waiting:
+                    # nothing runs, nothing in flight, yet requests wait: they can never fit
+                    self._abort(self.waiting.pop(0), t)
+                    continue
+                else:
+                    continue
+            due = self.due
+            if (not self.fast or self.t >= env.peek() or (due is not None and due.finishers)
+                    or self.t < env.now):
+                yield self._late(self.t - env.now)
+
+    # ---- scheduling (get_next_batch_to_run, §2.2) ---------------------------------------------------
+    def _schedule(self, t: float) -> Batch | None:
+        ch = self.chunked
+        if ch is not None:  # stash_chunked_request: the chunk just computed enters the tree, lock moves
+            ch.node = self.kv.cache_unfinished(ch.key, ch.extend_end, ch.node, t)
+        zombies, self.zombies = self.zombies, []
+        batch = self._prefill(t, zombies)
+        if batch is not None:
+            return batch
+        if self.R or zombies:
+            return self._decode(t, zombies)
+        return None
+
+    def _running_reservation(self, ratio: float) -> float:
+        """Σ over the running batch of ``min(max_new − out, CLIP) × ratio`` (1.0 for ignore_eos in 0.5.23)."""
+        return self.res.value(ratio)
+
+    def _group(self, r: Req) -> int:
+        return 1 if (self.fam == "0.5.23" and r.ignore_eos) else 0
+
+    def _match(self, r: Req, t: float) -> None:
+        m = self.kv.match(r.key, r.fill_len, t)
+        r.prefix_len, r.last_node = m.prefix_len, m.node
+
+    def _prefill(self, t: float, zombies: list[Req]) -> Batch | None:
+        """``_get_new_batch_prefill_raw`` (§2.3) with the PrefillAdder (§2.5); None when nothing is admitted."""
+        s = self.s
+        running_bs = len(self.R) + len(self.F)
+        if running_bs == 0:
+            self.batch_is_full = False
+        if (self.batch_is_full or not self.waiting) and self.chunked is None:
+            return None
+        allocatable = self.max_running - running_bs
+        if allocatable <= 0 and self.chunked is None:
+            self.batch_is_full = True
+            return None
+        kv = self.kv
+        order_waiting(self.waiting, s, self.rng, lambda r: self._match(r, t))
+        mixed = s.enable_mixed_chunk and s.chunking_enabled
+        adder = PrefillAdder(s, kv.available, kv.lock, kv.unlock,
+                             self._running_reservation(self.ratio.current), self.ratio.current,
+                             running_bs if mixed else 0, self.fam)
+        ch = self.chunked
+        if ch is not None:
+            self.chunked = adder.add_chunked_req(ch, ch.fill_target - ch.extend_end)
+        admitted = 0
+        for r in self.waiting:
+            if adder.budget_state() == AddResult.OTHER:
+                break
+            if len(adder.can_run) >= allocatable:
+                self.batch_is_full = True
+            if self.batch_is_full:
+                break
+            self._match(r, t)  # init_next_round_input: a fresh match (touches LRU)
+            res = adder.add_one_req(r)
+            if adder.can_run and adder.can_run[-1] is r:
+                admitted += 1
+            if res != AddResult.CONTINUE:
+                if res == AddResult.NO_TOKEN:
+                    self.batch_is_full = bool(adder.can_run) or running_bs > 0
+                break
+        if not adder.can_run:
+            return None
+        if admitted:
+            del self.waiting[:admitted]  # the admitted requests are a prefix of the sorted queue
+        if adder.new_chunked is not None:
+            self.chunked = adder.new_chunked
+        return self._launch_prefill(t, adder, zombies, mixed)
+
+    def _launch_prefill(self, t: float, adder: PrefillAdder, zombies: list[Req], mixed: bool) -> Batch:
+        kv = self.kv
+        self.bid += 1
+        b = Batch(self.bid, "prefill")
+        ext_lens: list[int] = []
+        pre_lens: list[int] = []
+        for r in adder.can_run:
+            n = adder.extend[id(r)]
+            if r.state == "wait":  # newly admitted: prepare_for_extend
+                r.node = r.last_node  # locked by the adder at admission
+                r.held = r.prefix_len
+                r.extend_end = r.prefix_len
+                r.fill_target = r.fill_len
+                if not r.stain and not r.admitted_once:
+                    r.cached_tokens = r.prefix_len
+                r.admitted_once = True
+                r.queue_time_s += t - r.wait_entry_s
+                r.state = "prefill"
+            start = r.extend_end
+            end = start + n
+            need = self._ceil(end) - self._ceil(start)
+            if not kv.alloc(need):
+                raise RuntimeError(f"KV pool exhausted admitting {r.rid}: admission budget and pool disagree")
+            r.held += need
+            r.extend_end = end
+            ext_lens.append(n)
+            pre_lens.append(start)
+        num_dec = 0
+        sum_kv = 0
+        if mixed and (self.R or zombies):
+            # §2.8: decode rows ride along when their memory fits; a mixed step never retracts
+            need = self._decode_need(zombies)
+            if kv.available() >= need:
+                num_dec, sum_kv = self._launch_decode_rows(b, zombies, need)
+        for r in adder.can_run:
+            if r is self.chunked:
+                continue
+            b.prefill_done.append(r)
+            r.o0 += 1  # the forward of the last chunk samples the next token
+            self._after_token(r, b)
+        b.shape = BatchShape(tuple(ext_lens), tuple(pre_lens), num_dec, sum_kv, (), None)
+        return b
+
+    def _after_token(self, r: Req, b: Batch) -> None:
+        """``r`` just had a token launched in ``b`` (outside the lazy decode set): join R or start finishing."""
+        r.last_bid = b.bid
+        if r.o0 >= r.output_len:
+            self._to_finishing(r, b)
+            return
+        r.state = "run"
+        r.g0 = self.clk[0]
+        r.in_r = True
+        r.ver += 1
+        self.R[r.rid] = r
+        self.res.add(r, self._group(r), decoding=True)
+        self.sum_kv += r.input_len + r.o0
+        self.joined.append(r)
+        self.seq += 1
+        heapq.heappush(self.fin_heap, (r.g0 + r.output_len - r.o0, self.seq, r.rid, r.ver))
+
+    def _to_finishing(self, r: Req, b: Batch) -> None:
+        r.state = "finishing"
+        r.held = self._ceil(r.input_len + r.o0 - 1)
+        self.F[r.rid] = r
+        self.res.add(r, self._group(r), decoding=False)
+        b.finishers.append(r)
+        if self.overlap and r.eos:
+            self.zombies.append(r)  # EOS is only seen after the next batch was built (§2.1)
+
+    def _leave_r(self, r: Req) -> None:
+        self.res.remove(r)
+        out = r.out_len
+        r.o0 = out
+        r.in_r = False
+        r.ver += 1
+        del self.R[r.rid]
+        self.sum_kv -= r.input_len + out
+
+    def _decode_need(self, zombies: list[Req]) -> int:
+        """KV slots one decode step allocates: one per row (a new page for rows at a page boundary)."""
+        if self.page == 1:
+            return len(self.R) + len(zombies)
+        p = self.page
+        n = sum(1 for r in self.R.values() if (r.input_len + r.out_len - 1) % p == 0)
+        n += sum(1 for z in zombies if (z.input_len + z.o0 - 1) % p == 0)
+        return n * p
+
+    def _launch_decode_rows(self, b: Batch, zombies: list[Req], need: int) -> tuple[int, int]:
+        """Allocate and launch one decode row per running request (+ EOS zombie rows). Returns (rows, Σkv)."""
+        kv = self.kv
+        if not kv.alloc(need):
+            raise RuntimeError("decode allocation failed after the capacity check")
+        for z in zombies:
+            z.held = self._ceil(z.input_len + z.o0)
+        nrows = len(self.R) + len(zombies)
+        sum_kv = self.sum_kv + sum(z.input_len + z.o0 for z in zombies)
+        b.n_emit = len(self.R)
+        b.newcomers = [r for r in self.joined if r.in_r]
+        self.joined = []
+        self.sum_kv += len(self.R)
+        self.res.before_decode(self.clk[0], self.reqs)
+        self.clk[0] += 1
+        G = self.clk[0]
+        b.g_after = G
+        heap = self.fin_heap
+        while heap and heap[0][0] <= G:
+            _, _, rid, ver = heapq.heappop(heap)
+            r = self.reqs.get(rid)
+            if r is None or r.ver != ver or not r.in_r:
+                continue
+            self._leave_r(r)
+            r.last_bid = b.bid
+            self._to_finishing(r, b)
+        return nrows, sum_kv
+
+    def _decode(self, t: float, zombies: list[Req]) -> Batch | None:
+        """``update_running_batch`` (§2.7): memory check, retraction, ratio update, one token per request."""
+        kv = self.kv
+        need = self._decode_need(zombies)
+        retracted: list[str] = []
+        if kv.available() < need:
+            if any(not f.eos for f in self.F.values()) and self.overlap:
+                self.batch_is_full = False  # their KV frees as soon as their result is processed
+                return None
+            order = retraction_order(list(self.R.values()))
+            i = 0
+            while kv.available() < need and len(self.R) > 1:
+                r = order[i]
+                i += 1
+                self._retract(r, t)
+                retracted.append(r.rid)
+                need = self._decode_need(zombies)
+            if kv.available() < need:  # even one request does not fit: SGLang aborts it
+                for r in list(self.R.values()):
+                    self._leave_r(r)
+                    r.held = self._ceil(r.input_len + r.o0 - 1)
+                    self._abort(r, t)
+                need = self._decode_need(zombies)
+                if not zombies:
+                    return None
+            rem = list(self.R.values())
+            if rem:
+                self.ratio.current = NewTokenRatio.after_retract(
+                    [r.out_len for r in rem], [r.max_new for r in rem], self.s.retract_decode_steps)
+        else:
+            self.ratio.decay_step()
+        self.bid += 1
+        b = Batch(self.bid, "decode")
+        b.retracted = tuple(retracted)
+        nrows, sum_kv = self._launch_decode_rows(b, zombies, need)
+        b.shape = BatchShape((), (), nrows, sum_kv, (), self._pad(nrows))
+        return b
+
+    def _retract(self, r: Req, t: float) -> None:
+        """``release_req``: free private KV (no insert), unlock, evict ``remaining × 20``, back to the tail."""
+        self._leave_r(r)
+        held = self._ceil(r.input_len + r.o0 - 1)
+        inf = self.inflight
+        if self.overlap and inf is not None and r.last_bid_in(inf):
+            r.o0 -= 1  # its in-flight token is dropped when that result is processed (is_retracted)
+            inf.drop(r)
+        self.kv.release(r.node, held)
+        want = len(self.R) * self.s.retract_decode_steps
+        if self.kv.free < want:
+            self.kv.evict(want - self.kv.free)
+        r.node = None
+        r.held = 0
+        r.state = "wait"
+        r.stain = True
+        r.num_retractions += 1
+        r.wait_entry_s = t
+        self.num_retractions += 1
+        self.batch_is_full = False
+        self.waiting.append(r)
+
+    # ---- results (process_batch_result) -------------------------------------------------------------
+    def _apply(self, b: Batch, t: float) -> None:
+        emit_t = t + self.detokenize_s
+        kv = self.kv
+        for r in b.prefill_done:
+            if r.state not in ("run", "finishing"):
+                continue
+            if r.first_token_s is None:
+                r.first_token_s = emit_t
+            else:
+                self._itl(emit_t - r.last_emit_s, 1, r)
+            r.last_emit_s = emit_t
+            if r.state == "run" and r.node is not None:
+                r.node = kv.cache_unfinished(r.key, r.fill_target, r.node, t)
+        if b.n_emit or b.newcomers:
+            n_new = 0
+            for r in b.newcomers:
+                if r.dropped_bid == b.bid:
+                    continue
+                n_new += 1
+                self._itl(emit_t - r.last_emit_s, 1, r)
+            cont = b.n_emit - n_new
+            if cont > 0:
+                self._itl(emit_t - self.last_decode_apply, cont, None)
+            self.last_decode_apply = emit_t
+        for r in b.finishers:
+            if r.state != "finishing":
+                continue
+            del self.F[r.rid]
+            self.res.remove(r)
+            kv.cache_finished(r.key, r.input_len + r.o0 - 1, r.node, t, kv_tokens=r.held)
+            self._finish(r, emit_t, aborted=False)
+            self.batch_is_full = False
+
+    def _itl(self, v: float, w: int, r: Req | None) -> None:
+        self.itl_vals.append(v)
+        self.itl_w.append(w)
+
+    def _finish(self, r: Req, t: float, aborted: bool) -> None:
+        r.state = "done"
+        first = r.first_token_s if r.first_token_s is not None else t
+        out = r.o0 if not aborted else max(r.o0, 0)
+        rec = RequestRecord(
+            rid=r.rid, arrival_s=r.spec.arrival_s, input_len=r.input_len, output_len=out,
+            cached_tokens=r.cached_tokens, first_token_s=first, finish_s=t, ttft_s=first - r.spec.arrival_s,
+            tpot_s=(t - first) / (out - 1) if out > 1 else None, e2e_s=t - r.spec.arrival_s,
+            queue_time_s=r.queue_time_s, num_retractions=r.num_retractions, aborted=aborted)
+        self.records.append(rec)
+        del self.reqs[r.rid]
+        ev = self.events.pop(r.rid, None)
+        if self.on_finish is not None:
+            self.on_finish(rec)
+        if ev is not None and not ev.triggered:
+            ev.succeed(rec)
+
+    def _abort(self, r: Req, t: float) -> None:
+        """A request that cannot fit even alone ("Out of memory even after retracting")."""
+        if r.node is not None:
+            self.kv.release(r.node, r.held)
+            r.node = None
+        self._finish(r, t, aborted=True)
+
+    # ---- checks -------------------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """Recount the incremental state from scratch (AssertionError on a mismatch). O(requests); for tests."""
+        kv = self.kv
+        kv.check_invariants()
+        assert self.sum_kv == sum(r.input_len + r.out_len for r in self.R.values()), "sum_kv drifted"
+        brute = [0, 0]
+        for r in list(self.R.values()) + list(self.F.values()):
+            brute[r.res_group] += self.res.left(r)
+        assert brute == self.res.sums, (brute, self.res.sums)
+        private = 0
+        for r in self.reqs.values():
+            if r.node is None:
+                continue
+            held = self._ceil(r.input_len + r.out_len - 1) if r.in_r else r.held
+            assert r.node.lock_ref > 0 or r.node is kv.root, f"{r.rid} holds an unlocked node"
+            assert held >= r.node.end, (r.rid, held, r.node.end)
+            private += held - r.node.end
+        assert private == kv.private, f"private KV {kv.private} != held by requests {private}"
+        for r in self.R.values():
+            assert r.out_len < r.output_len, f"{r.rid} decodes past its output length"
+
+    # ---- snapshot / restore -------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Pure, JSON-able domain state; :meth:`restore` continues exactly like an uninterrupted run."""
+        reqs = [req_to_state(r) for r in self.reqs.values()]
+        return {
+            "version": 1,
+            "now": self.env.now, "t": self.t, "gpu_free": self.gpu_free, "idle": self.idle,
+            "G": self.clk[0], "sum_kv": self.sum_kv, "batch_is_full": self.batch_is_full,
+            "ratio": self.ratio.current, "seq": self.seq, "bid": self.bid, "steps": self.steps,
+            "num_retractions": self.num_retractions, "kv_peak_used": self.kv_peak_used,
+            "last_decode_apply": self.last_decode_apply,
+            "itl_vals": list(self.itl_vals), "itl_w": list(self.itl_w),
+            "reqs": reqs,
+            "pending": [[at, seq, r.rid] for at, seq, r in self.pending],
+            "waiting": [r.rid for r in self.waiting],
+            "R": list(self.R), "F": list(self.F), "zombies": [r.rid for r in self.zombies],
+            "joined": [r.rid for r in self.joined],
+            "chunked": self.chunked.rid if self.chunked else None,
+            "fin_heap": [list(e) for e in self.fin_heap], "res": self.res.to_state(),
+            "inflight": batch_to_state(self.inflight), "due": batch_to_state(self.due),
+            "kv": self.kv.to_state(),
+            "rng": self.rng.bit_generator.state,
+        }
+
+    @classmethod
+    def restore(cls, env: simpy.Environment, snap: dict[str, Any], settings: ServerSettings,
+                latency: LatencyModel, **kw: Any) -> "Server":
+        """Rebuild a server (and its SimPy process) from :meth:`snapshot` in ``env`` (``env.now`` should equal
+        the snapshot's ``now``). Finish events are new: find them in ``server.events`` by rid."""
+        kvs = snap["kv"]
+        rng = np.random.default_rng()
+        rng.bit_generator.state = snap["rng"]
+        srv = cls(env, settings, kvs["capacity"], latency, key_unit=kvs["key_unit"], rng=rng, _start=False, **kw)
+        srv.kv = KVCache.from_state(kvs)
+        srv.clk[0] = snap["G"]
+        for d in snap["reqs"]:
+            r = req_from_state(d, srv.clk, srv.kv)
+            srv.reqs[r.rid] = r
+            srv.events[r.rid] = env.event()
+        get = srv.reqs.__getitem__
+        srv.pending = [(at, seq, get(rid)) for at, seq, rid in snap["pending"]]
+        heapq.heapify(srv.pending)
+        srv.waiting = [get(x) for x in snap["waiting"]]
+        srv.R = {x: get(x) for x in snap["R"]}
+        srv.F = {x: get(x) for x in snap["F"]}
+        srv.zombies = [get(x) for x in snap["zombies"]]
+        srv.joined = [get(x) for x in snap["joined"]]
+        srv.chunked = get(snap["chunked"]) if snap["chunked"] else None
+        srv.fin_heap = [tuple(e) for e in snap["fin_heap"]]  # type: ignore[misc]
+        heapq.heapify(srv.fin_heap)
+        srv.res.load_state(snap["res"])
+        srv.inflight = batch_from_state(snap["inflight"], srv.reqs.get)
+        srv.due = batch_from_state(snap["due"], srv.reqs.get)
+        for k in ("t", "gpu_free", "sum_kv", "batch_is_full", "seq", "bid", "steps", "num_retractions",
+                  "kv_peak_used", "last_decode_apply"):
+            setattr(srv, k, snap[k])
+        srv.ratio.current = snap["ratio"]
+        srv.itl_vals, srv.itl_w = list(snap["itl_vals"]), list(snap["itl_w"])
+        srv.proc = env.process(srv._resume(snap["idle"]))
+        return srv
+
+    def _resume(self, idle: bool):
+        if idle:
+            self.idle = True
+            if not self.pending:
+                self._wake = self.env.event()
+                yield self._wake
+                self._wake = None
+            self.idle = False
+            self.t = max(self.t, self.pending[0][0], self.env.now)
+        yield from self._run()

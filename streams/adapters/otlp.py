@@ -1,0 +1,157 @@
+"""OTLP trace spans, as the OpenTelemetry Collector's Kafka exporter writes them -> request events.
+
+Encodings: ``otlp_proto`` (a serialized ``TracesData`` / ``ExportTraceServiceRequest``: same wire format) and
+``otlp_json`` (``{"resourceSpans": [...]}``, camelCase, 64-bit ints as strings). Both are walked as the same dict
+shape (proto via ``json_format.MessageToDict``).
+
+SGLang's request root span (``"[role ]Req <rid8>"``, sglang-internals 5.4) carries, once finished, the attributes
+``gen_ai.usage.prompt_tokens/completion_tokens/cached_tokens``, ``gen_ai.latency.time_to_first_token`` and
+``gen_ai.latency.e2e`` (s), ``gen_ai.request.max_tokens`` and ``gen_ai.response.finish_reasons``. Such a span yields
+``request_arrived`` (span start), ``request_first_token`` (start + TTFT) and ``request_finished`` (span end). Stage
+and thread spans are skipped: they carry no batch shape with a duration.
+
+The instance is the resource's ``service.instance.id`` or ``host.name`` unless the caller fixed it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from streams.adapters.base import LineResult, ParseContext, as_int, build, finite
+
+_PROMPT = "gen_ai.usage.prompt_tokens"
+
+
+def _attr_value(v: Any) -> Any:
+    if not isinstance(v, dict):
+        return None
+    for key in ("stringValue", "intValue", "doubleValue", "boolValue"):
+        if key in v:
+            return v[key]
+    arr = v.get("arrayValue")
+    if isinstance(arr, dict):
+        return [_attr_value(x) for x in arr.get("values", []) if isinstance(x, dict)]
+    return None
+
+
+def attributes(items: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(items, list):
+        for a in items:
+            if isinstance(a, dict) and isinstance(a.get("key"), str):
+                out[a["key"]] = _attr_value(a.get("value"))
+    return out
+
+
+def _nanos(v: Any) -> float | None:
+    f = finite(v)
+    return None if f is None else f / 1e9
+
+
+def _span_events(span: dict[str, Any], resource_inst: str | None, ctx: ParseContext) -> LineResult:
+    attrs = attributes(span.get("attributes"))
+    if _PROMPT not in attrs:
+        return None  # stage/thread span, or a root span before finish
+    rid = attrs.get("rid") or attrs.get("gen_ai.request.id")
+    if not isinstance(rid, str) or not rid:
+        return "otlp: request span without rid"
+    prompt = as_int(attrs.get(_PROMPT))
+    output = as_int(attrs.get("gen_ai.usage.completion_tokens"))
+    start = _nanos(span.get("startTimeUnixNano"))
+    end = _nanos(span.get("endTimeUnixNano"))
+    if prompt is None or output is None or start is None or end is None:
+        return "otlp: request span needs integer token counts and start/end times"
+    inst = ctx.instance_id if ctx.scratch.get("instance_fixed") or not resource_inst else resource_inst
+    common = {"instance_id": inst, "source": ctx.source or None}
+    ttft = finite(attrs.get("gen_ai.latency.time_to_first_token"))
+    e2e = finite(attrs.get("gen_ai.latency.e2e"))
+    events: list[Any] = []
+    arrived: dict[str, Any] = {"kind": "request_arrived", "ts": start, "request_id": rid, "prompt_tokens": prompt,
+                               "output_tokens_hint": output, "event_id": f"{inst}/{rid}:arrived", **common}
+    mt = as_int(attrs.get("gen_ai.request.max_tokens"))
+    if mt is not None:
+        arrived["max_new_tokens"] = mt
+    parts = [("request_arrived", arrived)]
+    if ttft is not None:
+        parts.append(("request_first_token", {"kind": "request_first_token", "ts": start + ttft, "request_id": rid,
+                                              "ttft_s": ttft, "event_id": f"{inst}/{rid}:first_token", **common}))
+    fin: dict[str, Any] = {"kind": "request_finished", "ts": end, "request_id": rid, "prompt_tokens": prompt,
+                           "output_tokens": output, "arrival_ts": start, "event_id": f"{inst}/{rid}:finished",
+                           **common}
+    cached = as_int(attrs.get("gen_ai.usage.cached_tokens"))
+    if cached is not None:
+        fin["cached_tokens"] = cached
+    if ttft is not None:
+        fin["ttft_s"] = ttft
+    fin["e2e_s"] = e2e if e2e is not None else max(0.0, end - start)
+    reasons = attrs.get("gen_ai.response.finish_reasons")
+    if isinstance(reasons, list) and reasons and isinstance(reasons[0], str):
+        fin["finish_reason"] = reasons[0]
+    elif isinstance(reasons, str):
+        fin["finish_reason"] = reasons
+    parts.append(("request_finished", fin))
+    for kind, data in parts:
+        res = build(kind, data)
+        if isinstance(res, str):
+            return res
+        events.extend(res or [])
+    return events
+
+
+def is_otlp_json(obj: dict[str, Any]) -> bool:
+    return "resourceSpans" in obj or "resource_spans" in obj
+
+
+def from_traces_dict(obj: dict[str, Any], ctx: ParseContext) -> LineResult:
+    """All request events in one ``TracesData`` dict; the first bad span's reason if nothing else parsed."""
+    events: list[Any] = []
+    first_err: str | None = None
+    rs_list = obj.get("resourceSpans", obj.get("resource_spans"))
+    if not isinstance(rs_list, list):
+        return "otlp: resourceSpans is not a list"
+    for rs in rs_list:
+        if not isinstance(rs, dict):
+            continue
+        res_attrs = attributes((rs.get("resource") or {}).get("attributes") if isinstance(rs.get("resource"), dict)
+                               else None)
+        inst = res_attrs.get("service.instance.id") or res_attrs.get("host.name")
+        inst = inst if isinstance(inst, str) and inst else None
+        scopes = rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", []))
+        for ss in scopes if isinstance(scopes, list) else []:
+            spans = ss.get("spans", []) if isinstance(ss, dict) else []
+            for span in spans if isinstance(spans, list) else []:
+                if not isinstance(span, dict):
+                    continue
+                res = _span_events(span, inst, ctx)
+                if isinstance(res, str):
+                    first_err = first_err or res
+                elif res:
+                    events.extend(res)
+    if events:
+        return events
+    return first_err
+
+
+def from_proto(data: bytes, ctx: ParseContext) -> LineResult:
+    """A serialized ``TracesData``/``ExportTraceServiceRequest``. Undecodable bytes are a dead letter."""
+    try:
+        from google.protobuf import json_format
+        from google.protobuf.message import DecodeError
+        from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+    except ImportError:  # pragma: no cover - opentelemetry-proto is a dependency
+        return "otlp_proto: opentelemetry-proto is not installed"
+    try:
+        msg = TracesData.FromString(data)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        return f"otlp_proto: not a TracesData message ({type(exc).__name__})"
+    except Exception as exc:  # noqa: BLE001 - the C decoder can raise odd types on garbage
+        return f"otlp_proto: not a TracesData message ({type(exc).__name__})"
+    if not msg.resource_spans:
+        return None
+    return from_traces_dict(json_format.MessageToDict(msg), ctx)
+
+
+def looks_like_proto(data: bytes) -> bool:
+    """TracesData starts with field 1 (resource_spans), wire type 2: byte 0x0A, then binary (length varints, tags
+    0x0A/0x12 below 0x20). Text never starts that way once lines are split."""
+    head = data[1:64]
+    return data[:1] == b"\n" and len(data) > 2 and any(b < 9 or 13 < b < 32 or b > 126 for b in head)

@@ -1,0 +1,440 @@
+"""SGLang server log lines -> events, for every era from 0.1.x to 0.5.23.
+
+Handles, in one pass over a line:
+
+* prefixes: ``[2025-01-07 20:16:02 TP0] ``, with ms (``SGLANG_LOG_MS=1``), with rank tags in any order
+  (``DP5 TP5``, ``PP1``, ``EP3``, ``ATTN_CP0``, ``MOE_DP1``), time-only ``[14:39:48 TP0]`` (0.3 era), ``[gpu_id=0]`` /
+  ``[gpu=0]`` (0.1/0.2), and anything *before* the bracket: docker-compose ``sglang  | ``, CRI/kubectl
+  ``2025-06-05T15:08:56.1Z stdout F ``, collector tags. CRLF and ANSI colour codes are stripped.
+* ``Prefill batch`` (``.``/``,``/`` [iter]``, 0.1's ``Prefil batch``) and ``Decode batch`` lines, parsed as
+  ``key: value`` lists, so new or reordered fields in a future release do not break parsing;
+* retraction lines (0.4 ``Decode out of memory happened.`` and 0.5 ``KV cache pool is full. Retract requests.``);
+* startup lines: ``max_total_num_tokens=...``, ``KV Cache is allocated...``, ``server_args=ServerArgs(...)``;
+* per-request lines (``ReqTimeStats(...)``, ``--log-requests`` ``Receive:``/``Finish:`` text and JSON) are
+  delegated to ``streams.adapters.request_log``.
+
+Anything else (tracebacks, uvicorn access lines, warnings, other programs) is skipped quietly. A line whose message
+*starts* like one of the above but cannot be parsed is dead-lettered with the reason.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from streams.adapters import request_log
+from streams.adapters.base import LineResult, ParseContext, build, to_bool, to_float, to_int
+from streams.adapters.timestamps import day_epoch, frac, parse_iso
+
+# The SGLang bracket header, searched anywhere in the line (collectors and docker-compose put text in front).
+# Groups: date (y, m, d), time (H, M, S), fraction, rank tags, or the 0.1/0.2 ``gpu_id=N`` form.
+_HEADER = re.compile(
+    r"\[(?:(\d{4})-(\d{2})-(\d{2}) )?(\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]*\d+)*)\] ?"
+    r"|\[gpu(?:_id)?=(\d+)\] ?"
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# ``Prefill batch``, ``Prefil batch`` (0.1.17 typo), ``Decode batch``, optional `` [iter]``, then ``.`` or ``,``.
+_BATCH = re.compile(r"(Prefill?|Decode) batch(?: ?\[(\d+)\])?[.,]? ?")
+# A leading ISO timestamp written by a collector (CRI: ``<ts> stdout F <line>``; kubectl --timestamps; Docker).
+_LEAD_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s")
+_SERVER_ARG = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,()\[\]{}]*)")
+
+_RANK_FIELD = {"DP": "dp_rank", "TP": "tp_rank", "PP": "pp_rank", "EP": "ep_rank"}
+
+# Prefill-line keys -> (event field, converter). Unknown keys are ignored on purpose: new SGLang releases add
+# fields (PD, MFU, occupancy) and we must keep parsing the ones we know.
+_PCT = "pct"
+_PREFILL_KEYS: dict[str, tuple[str, Any]] = {
+    "#new-seq": ("new_seqs", to_int),
+    "#new-token": ("new_tokens", to_int),
+    "#cached-token": ("cached_tokens", to_int),
+    "token usage": ("token_usage", to_float),
+    "full token usage": ("token_usage", to_float),
+    "swa token usage": ("swa_token_usage", to_float),
+    "mamba usage": ("mamba_usage", to_float),
+    "#running-req": ("running_reqs", to_int),
+    "#queue-req": ("queue_reqs", to_int),
+    "#pending-token": ("pending_tokens", to_int),
+    "cache hit rate": ("cache_hit_rate", _PCT),
+    "input throughput (token/s)": ("input_throughput_tok_s", to_float),
+    "cuda graph": ("cuda_graph", to_bool),
+    "cpu graph": ("cuda_graph", to_bool),
+    "npu graph": ("cuda_graph", to_bool),
+    "musa graph": ("cuda_graph", to_bool),
+}
+_DECODE_KEYS: dict[str, tuple[str, Any]] = {
+    "#running-req": ("running_reqs", to_int),
+    "#token": ("kv_tokens", to_int),
+    "#full token": ("kv_tokens", to_int),
+    "token usage": ("token_usage", to_float),
+    "full token usage": ("token_usage", to_float),
+    "#swa token": ("swa_tokens", to_int),
+    "swa token usage": ("swa_token_usage", to_float),
+    "accept len": ("accept_len", to_float),
+    "accept rate": ("accept_rate", to_float),
+    "gen throughput (token/s)": ("gen_throughput_tok_s", to_float),
+    "#queue-req": ("queue_reqs", to_int),
+    "#retracted-req": ("retracted_reqs", to_int),
+    "cuda graph": ("cuda_graph", to_bool),
+    "cpu graph": ("cuda_graph", to_bool),
+    "npu graph": ("cuda_graph", to_bool),
+    "musa graph": ("cuda_graph", to_bool),
+}
+_PREFILL_REQUIRED = ("new_seqs", "new_tokens", "cached_tokens")
+_DECODE_REQUIRED = ("running_reqs",)
+
+# server_args names -> server_config fields.
+_SERVER_ARGS_MAP = {
+    "model_path": "model",
+    "served_model_name": "model",
+    "tp_size": "tp_size",
+    "dp_size": "dp_size",
+    "pp_size": "pp_size",
+    "ep_size": "ep_size",
+    "page_size": "page_size",
+    "chunked_prefill_size": "chunked_prefill_size",
+    "max_prefill_tokens": "max_prefill_tokens",
+    "max_running_requests": "max_running_requests",
+    "max_total_tokens": "max_total_num_tokens",
+    "context_length": "context_len",
+    "schedule_policy": "schedule_policy",
+    "mem_fraction_static": "mem_fraction_static",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "disable_radix_cache": "disable_radix_cache",
+    "enable_mixed_chunk": "enable_mixed_chunk",
+    "disable_overlap_schedule": "disable_overlap_schedule",
+    "cuda_graph_max_bs": "cuda_graph_max_bs",
+}
+_STARTUP_INT = {"max_total_num_tokens", "chunked_prefill_size", "max_prefill_tokens", "max_running_requests",
+                "context_len"}
+
+
+_DATE_CACHE: dict[str, float | None] = {}
+
+
+def _date_epoch(date: str) -> float | None:
+    """'2025-01-07' -> midnight UTC (cached per distinct date string)."""
+    v = _DATE_CACHE.get(date, -1.0)
+    if v != -1.0:
+        return v
+    try:
+        v = day_epoch(int(date[0:4]), int(date[5:7]), int(date[8:10]))
+    except (ValueError, OverflowError):
+        v = None
+    if len(_DATE_CACHE) < 10_000:
+        _DATE_CACHE[date] = v
+    return v
+
+
+_TAGS_CACHE: dict[str, dict[str, int]] = {}
+_NO_RANKS: dict[str, int] = {}
+
+
+def _ranks_of(tags: str) -> dict[str, int]:
+    """' DP5 TP5' -> {'dp_rank': 5, 'tp_rank': 5}; cached (a log repeats a handful of tag sets). Read-only."""
+    r = _TAGS_CACHE.get(tags)
+    if r is None:
+        r = {}
+        _rank_tags(tags, r)
+        if len(_TAGS_CACHE) < 10_000:
+            _TAGS_CACHE[tags] = r
+    return r
+
+
+def _rank_tags(tags: str, ranks: dict[str, int]) -> None:
+    for tag in tags.split():
+        i = len(tag)
+        while i > 0 and tag[i - 1].isdigit():
+            i -= 1
+        f = _RANK_FIELD.get(tag[:i])
+        if f is not None and i < len(tag):
+            ranks[f] = int(tag[i:])
+
+
+def _fast_header(line: str, ctx: ParseContext) -> tuple[str, dict[str, int]] | None:
+    """The common case, ``[YYYY-mm-dd HH:MM:SS[.mmm][ TAGS]] msg`` at column 0, without a regex."""
+    if len(line) < 22 or line[5] != "-" or line[11] != " " or line[14] != ":" or line[17] != ":":
+        return None
+    close = line.find("]", 20, 120)
+    if close < 0:
+        return None
+    day = _date_epoch(line[1:11])
+    try:
+        secs = int(line[12:14]) * 3600 + int(line[15:17]) * 60 + int(line[18:20])
+    except ValueError:
+        return None
+    if day is None:
+        return None
+    rest = line[20:close]
+    ranks = _NO_RANKS
+    if rest:
+        if rest[0] in ".,":
+            end = 1
+            while end < len(rest) and rest[end].isdigit():
+                end += 1
+            if end == 1:
+                return None
+            secs += frac(rest[1:end])
+            rest = rest[end:]
+        if rest:
+            if rest[0] != " ":
+                return None
+            ranks = _ranks_of(rest)
+    ctx.day_epoch = day
+    ctx.last_ts = day + secs
+    start = close + 2 if line[close + 1:close + 2] == " " else close + 1
+    return line[start:], ranks
+
+
+def split_header(line: str, ctx: ParseContext) -> tuple[str, dict[str, int]]:
+    """Find the SGLang header, update ``ctx.last_ts``/``ctx.day_epoch``, return (message, rank fields).
+    The rank dict may be shared between calls: treat it as read-only.
+
+    Lines without a header keep the whole text as message and inherit the last timestamp.
+    """
+    if line[:1] == "[" and line[1:2].isdigit():
+        fast = _fast_header(line, ctx)
+        if fast is not None:
+            return fast
+    m = _HEADER.search(line)
+    ranks: dict[str, int] = {}
+    if m is None:
+        if line[:1].isdigit():
+            lead = _LEAD_ISO.match(line)
+            if lead is not None:
+                ts = parse_iso(lead.group(1))
+                if ts is not None:
+                    ctx.last_ts = ts
+        return line, ranks
+    y, mo, d, hh, mi, ss, fr, tags, gpu = m.groups()
+    if gpu is not None:
+        ranks["tp_rank"] = int(gpu)
+    else:
+        secs = int(hh) * 3600 + int(mi) * 60 + int(ss) + frac(fr)
+        if y is not None:
+            ctx.day_epoch = _date_epoch(f"{y}-{mo}-{d}")
+            ctx.last_ts = (ctx.day_epoch or 0.0) + secs
+        else:
+            # time-only era: attach to the last known day; roll over midnight when the clock goes backwards
+            day = ctx.day_epoch if ctx.day_epoch is not None else 0.0
+            ts = day + secs
+            if ctx.last_ts is not None and ts < ctx.last_ts - 43200.0:
+                day += 86400.0
+                ctx.day_epoch = day
+                ts = day + secs
+            ctx.last_ts = ts
+        if tags:
+            _rank_tags(tags, ranks)
+    if m.start() > 0 and ctx.last_ts is None and line[:1].isdigit():
+        lead = _LEAD_ISO.match(line)
+        if lead is not None:
+            ts = parse_iso(lead.group(1))
+            if ts is not None:
+                ctx.last_ts = ts
+    return line[m.end():], ranks
+
+
+def _kv_pairs(body: str) -> dict[str, str]:
+    """'#new-seq: 1, token usage: 0.00, PD-decode: pre-allocated usage: 0.1, ' -> {key: value-text}."""
+    out: dict[str, str] = {}
+    for item in body.split(", "):
+        k, sep, v = item.rpartition(": ")
+        if not sep:
+            continue
+        if ": " in k:  # group labels such as "PD-decode: pre-allocated usage"
+            k = k.rpartition(": ")[2]
+        out[k] = v
+    return out
+
+
+# ``key: value`` items of a batch line. Values are handed to pydantic as text: its (Rust) lax conversion parses
+# "7", "0.81", "True" and rejects "x", "nan", negatives with a message naming the field — faster than converting in
+# Python, and the same checks as for every other source.
+_ITEM = re.compile(r"\s*([^,:]+?): ([^,]*)")
+_PREFILL_FIELDS: dict[str, str] = {k: f for k, (f, _c) in _PREFILL_KEYS.items()}
+_DECODE_FIELDS: dict[str, str] = {k: f for k, (f, _c) in _DECODE_KEYS.items()}
+
+
+def _batch(kind: str, body: str, it: str | None, ranks: dict[str, int], ctx: ParseContext) -> LineResult:
+    fields = _PREFILL_FIELDS if kind == "prefill_batch" else _DECODE_FIELDS
+    data: dict[str, Any] = {
+        "ts": ctx.ts,
+        "instance_id": ctx.instance_id,
+        "source": ctx.source or None,
+        "event_id": ctx.line_event_id(),
+    }
+    if ranks:
+        data.update(ranks)
+    if it is not None:
+        data["forward_iter"] = it
+    for k, v in _ITEM.findall(body):
+        f = fields.get(k)
+        if f is not None and f not in data:  # "token usage" after "full token usage": keep the first
+            data[f] = v
+    hit = data.get("cache_hit_rate")
+    if hit is not None:  # printed as a percentage ("12.50%") before 0.4.x
+        try:
+            hit = hit.strip()
+            data["cache_hit_rate"] = to_float(hit) / 100.0 if hit.endswith("%") else to_float(hit)
+        except ValueError:
+            return f"{kind}: cannot read 'cache hit rate' value {hit[:40]!r}"
+    required = _PREFILL_REQUIRED if kind == "prefill_batch" else _DECODE_REQUIRED
+    for f in required:
+        if f not in data:
+            return f"{kind}: missing {f}"
+    return build(kind, data)
+
+
+def _retraction(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineResult:
+    pairs = _kv_pairs(msg[msg.index("#retracted_reqs"):])
+    data: dict[str, Any] = {
+        "kind": "retraction",
+        "ts": ctx.ts,
+        "instance_id": ctx.instance_id,
+        "source": ctx.source or None,
+        "event_id": ctx.line_event_id(),
+    }
+    if "dp_rank" in ranks:
+        data["dp_rank"] = ranks["dp_rank"]
+    if "tp_rank" in ranks:
+        data["tp_rank"] = ranks["tp_rank"]
+    try:
+        if "#retracted_reqs" in pairs:
+            data["num_retracted"] = to_int(pairs["#retracted_reqs"])
+        if "#new_tokens_gained" in pairs:
+            data["new_tokens_gained"] = to_int(pairs["#new_tokens_gained"])
+        ratio = pairs.get("#new_token_ratio")
+        if ratio is not None:
+            old, arrow, new = ratio.partition("->")
+            if arrow:
+                data["old_new_token_ratio"] = to_float(old)
+                data["new_token_ratio"] = to_float(new)
+            else:
+                data["new_token_ratio"] = to_float(ratio)
+    except ValueError as exc:
+        return f"retraction: {exc}"
+    if "num_retracted" not in data:
+        return "retraction: missing #retracted_reqs"
+    return build("retraction", data)
+
+
+def _config_base(ctx: ParseContext, ranks: dict[str, int]) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "kind": "server_config",
+        "ts": ctx.ts,
+        "instance_id": ctx.instance_id,
+        "source": ctx.source or None,
+        "event_id": ctx.line_event_id(),
+    }
+    if "tp_rank" in ranks:
+        data["tp_rank"] = ranks["tp_rank"]
+    if "dp_rank" in ranks:
+        data["dp_rank"] = ranks["dp_rank"]
+    return data
+
+
+def _startup_totals(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineResult:
+    """``max_total_num_tokens=N, chunked_prefill_size=..., ..., available_gpu_mem=6.22 GB`` (any subset)."""
+    data = _config_base(ctx, ranks)
+    for item in msg.split(","):
+        k, eq, v = item.partition("=")
+        k, v = k.strip(), v.strip()
+        if not eq:
+            continue
+        try:
+            if k in _STARTUP_INT:
+                data[k] = to_int(v)
+            elif k == "available_gpu_mem":
+                data["available_gpu_mem_gb"] = to_float(v.split()[0])
+        except (ValueError, IndexError):
+            return f"server_config: cannot read {k!r} value {v[:40]!r}"
+    if "max_total_num_tokens" not in data:
+        return "server_config: missing max_total_num_tokens"
+    return build("server_config", data)
+
+
+def _kv_allocated(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineResult:
+    """``KV Cache is allocated. [dtype: torch.bfloat16, ]#tokens: N, K size: x GB, V size: y GB``."""
+    pairs = _kv_pairs(msg.partition(". ")[2])
+    data = _config_base(ctx, ranks)
+    try:
+        if "dtype" in pairs:
+            data["kv_cache_dtype"] = pairs["dtype"].removeprefix("torch.")
+        if "K size" in pairs and "V size" in pairs:
+            data["kv_cache_size_gb"] = to_float(pairs["K size"].split()[0]) + to_float(pairs["V size"].split()[0])
+        if "#tokens" in pairs:
+            to_int(pairs["#tokens"])  # validated, not stored: hybrid models allocate several pools
+    except (ValueError, IndexError) as exc:
+        return f"server_config: KV Cache line: {exc}"
+    if len(data) == len(_config_base(ctx, ranks)):
+        return "server_config: KV Cache line without dtype or sizes"
+    return build("server_config", data)
+
+
+def _server_args(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineResult:
+    data = _config_base(ctx, ranks)
+    for name, raw in _SERVER_ARG.findall(msg):
+        field = _SERVER_ARGS_MAP.get(name)
+        if field is None:
+            continue
+        v = raw.strip()
+        if v in ("None", ""):
+            continue
+        if v[:1] in ("'", '"'):
+            val: Any = v[1:-1]
+        elif v in ("True", "False"):
+            val = v == "True"
+        else:
+            try:
+                val = to_int(v)
+            except ValueError:
+                try:
+                    val = to_float(v)
+                except ValueError:
+                    continue
+        if field == "model" and "model" in data and name == "model_path":
+            continue
+        data[field] = val
+    if "model" in data and not isinstance(data["model"], str):
+        data["model"] = str(data["model"])
+    return build("server_config", data)
+
+
+def parse_message(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineResult:
+    """Dispatch one log message (the text after the header) on its first characters."""
+    c = msg[:1]
+    if c == "P" or c == "D":
+        m = _BATCH.match(msg)
+        if m is not None:
+            kind = "prefill_batch" if m.group(1).startswith("Prefil") else "decode_batch"
+            return _batch(kind, msg[m.end():], m.group(2), ranks, ctx)
+        if msg.startswith("Decode out of memory happened") and "#retracted_reqs" in msg:
+            return _retraction(msg, ranks, ctx)
+        return None
+    if c == "K":
+        if msg.startswith("KV cache pool is full") and "#retracted_reqs" in msg:
+            return _retraction(msg, ranks, ctx)
+        if msg.startswith("KV Cache is allocated"):
+            return _kv_allocated(msg, ranks, ctx)
+        return None
+    if c == "m":
+        if msg.startswith("max_total_num_tokens="):
+            return _startup_totals(msg, ranks, ctx)
+        return None
+    if c == "s":
+        if msg.startswith("server_args=ServerArgs("):
+            return _server_args(msg, ranks, ctx)
+        return None
+    if c == "R" or c == "F" or c == "{":
+        return request_log.parse_message(msg, ctx)
+    return None
+
+
+def parse_line(line: str, ctx: ParseContext) -> LineResult:
+    """Parse one raw log line (any era, any prefix). See the module docstring for the result contract."""
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    line = line.rstrip("\r\n")
+    if "\r" in line:  # progress bars rewrite the line with bare CRs: the last segment is what was shown
+        line = line.rpartition("\r")[2] or line
+    msg, ranks = split_header(line, ctx)
+    return parse_message(msg, ranks, ctx)

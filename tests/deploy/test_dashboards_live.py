@@ -1,0 +1,262 @@
+"""Dashboards and rules, checked against a real Prometheus scraping a running shadow.
+
+Setup (once per module, about a minute):
+  * `shadowsim demo --no-ui --duration 75 --metrics-port P` runs in a subprocess: the embedded broker,
+    emulated SGLang instances and the live shadow, serving /metrics on P;
+  * a loopback HTTP server plays an SGLang server's /metrics with a real SGLang 0.4.3 sample
+    (shared/data/sglang_logs), so panels that put SGLang's own series next to the shadow's have data;
+  * a real `prometheus` (Debian package) runs with deploy/prometheus/prometheus.yml, changed only in what
+    a test needs: 1 s scrape and rule evaluation, loopback targets, rule files by absolute path, no
+    Alertmanager. Scrape options (honor_labels, target labels) are kept, so they are tested too.
+The test waits until every contract metric of docs/metrics.md has been scraped, then:
+  * evaluates every panel query and every variable query of every dashboard (variables -> `.*`,
+    `$__rate_interval` -> 30s): each must be valid PromQL and return at least one series;
+  * evaluates every recording rule: valid and non-empty;
+  * evaluates every alert rule: valid. An alert's full expression is rightly empty in a healthy demo
+    (nothing is firing), so each alert also has probes below: its comparison turned into `bool` (which
+    returns every compared series, 0 or 1, and so proves the vector matching of both sides works on real
+    labels), or, for `unless`, its two operands. A probe must be the alert's text apart from `bool`.
+  * asserts that every shadowsim_*/sglang:* name used anywhere exists in the scrape, and that Prometheus
+    itself evaluated every loaded rule without error.
+`SHADOWSIM_DASHBOARD_SOURCE=fake` swaps the demo for tests/deploy/_fake_exporter.py (development only).
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import http.server
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+import _prom
+from _prom import METRIC_RE, Prometheus
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
+
+DEMO_DURATION_S = 75
+SGLANG_SAMPLE = "sglang_logs/sglang-docs_v0.4.3_metrics_llama3.1-8b_loaded.prom.txt"
+VARIABLES = {"$cluster": ".*", "$model": ".*", "$instance": ".*", "$__rate_interval": "30s"}
+
+# Alert -> queries that must return series. Each is the alert's expression, or a part of it, with a
+# comparison made `bool` (see the module docstring).
+ALERT_PROBES: dict[str, list[str]] = {
+    "ShadowsimTTFTPredictionDrift": [
+        'shadowsim_prediction_mape_ratio{metric="ttft"} > bool ignoring (mode) group_left '
+        'shadowsim_drift_threshold_ratio{metric="ttft"}'],
+    "ShadowsimTPOTPredictionDrift": [
+        'shadowsim_prediction_mape_ratio{metric="tpot"} > bool ignoring (mode) group_left '
+        'shadowsim_drift_threshold_ratio{metric="tpot"}'],
+    "ShadowsimE2EPredictionDrift": [
+        'shadowsim_prediction_mape_ratio{metric="e2e"} > bool ignoring (mode) group_left '
+        'shadowsim_drift_threshold_ratio{metric="e2e"}'],
+    "ShadowsimDriftDetected": ["shadowsim_drift_detected == bool 1"],
+    "ShadowsimPerformanceDrift": [
+        "abs(shadowsim_calibration_factor / shadowsim_calibration_factor_baseline - 1) > bool 0.25 "
+        "and shadowsim_calibration_factor_baseline > 0"],
+    "ShadowsimShadowLagHigh": ["shadowsim_shadow_lag_seconds > bool 30"],
+    "ShadowsimDeadLettersRising": [
+        "sum by (cluster, job, reason) (increase(shadowsim_events_dead_lettered_total[10m])) > bool 10"],
+    "ShadowsimStalled": ["time() - max by (cluster, job) (shadowsim_last_event_timestamp_seconds) > bool 600"],
+    "ShadowsimTwinMissing": ['max by (cluster, instance) (up{job="sglang"}) == 1',
+                             "max by (cluster, instance) (shadowsim_twin_up)"],
+    "ShadowsimDown": ['up{job="shadowsim"} == bool 0'],
+}
+
+
+def _substitute(expr: str) -> str:
+    for var, value in VARIABLES.items():
+        expr = expr.replace(var, value)
+    return expr
+
+
+def _series(prom: Prometheus, expr: str) -> list[Any]:
+    resp = prom.query(expr)
+    assert resp["status"] == "success", f"invalid PromQL {expr!r}: {resp.get('error')}"
+    result = resp["data"]["result"]
+    return result if isinstance(result, list) else [result]
+
+
+class _SglangMetrics(http.server.BaseHTTPRequestHandler):
+    body = b""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _start_source(port: int, log: Path) -> subprocess.Popen[bytes]:
+    if os.environ.get("SHADOWSIM_DASHBOARD_SOURCE") == "fake":
+        cmd = [sys.executable, str(Path(__file__).with_name("_fake_exporter.py")), str(port), str(DEMO_DURATION_S)]
+    else:
+        if not (_prom.REPO / "shadowsim" / "commands" / "demo.py").exists():
+            pytest.fail("shadowsim/commands/demo.py does not exist yet: the dashboard test needs the real demo")
+        cmd = [sys.executable, "-m", "shadowsim", "demo", "--no-ui", "--duration", str(DEMO_DURATION_S),
+               "--metrics-port", str(port)]
+    # Own process group: the demo starts a broker and emulators, and teardown must end all of them.
+    # cwd = the test's temp dir: the demo writes its snapshots and broker data relative to it.
+    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=log.parent,
+                            start_new_session=True)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    except ProcessLookupError:
+        pass
+
+
+def _test_config(metrics_port: int, sglang_port: int) -> dict[str, Any]:
+    shipped = yaml.safe_load((_prom.DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    cfg = copy.deepcopy(shipped)
+    cfg["global"].update(scrape_interval="1s", evaluation_interval="1s")
+    cfg["rule_files"] = [str(p) for p in _prom.RULE_FILES]
+    cfg.pop("alerting", None)
+    targets = {"shadowsim": f"127.0.0.1:{metrics_port}", "sglang": f"127.0.0.1:{sglang_port}"}
+    for job in cfg["scrape_configs"]:
+        assert job["job_name"] in targets, f"unexpected job {job['job_name']} in prometheus.yml"
+        # Keep the first static target's labels (cluster, and SGLang's instance id); point it at loopback.
+        first = job["static_configs"][0]
+        job["static_configs"] = [{"targets": [targets[job["job_name"]]], "labels": first.get("labels", {})}]
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[Prometheus]:
+    _prom.require_binary("prometheus")
+    work = tmp_path_factory.mktemp("live")
+    handler = type("H", (_SglangMetrics,), {"body": (shared_dir / "data" / SGLANG_SAMPLE).read_bytes()})
+    sglang = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=sglang.serve_forever, daemon=True).start()
+    metrics_port = _prom.free_port()
+    source = _start_source(metrics_port, work / "source.log")
+    prom = _prom.start_prometheus(_test_config(metrics_port, sglang.server_address[1]), work)
+    try:
+        wanted = {_prom.scraped_name(m, k) for m, k in _prom.contract_metrics().items()} | {
+            "sglang:time_to_first_token_seconds_bucket"}
+        deadline = time.monotonic() + DEMO_DURATION_S - 10
+        missing = wanted
+        while time.monotonic() < deadline:
+            missing = wanted - prom.names()
+            if not missing:
+                break
+            if source.poll() is not None:
+                pytest.fail(f"metrics source exited early ({source.returncode}):\n"
+                            f"{(work / 'source.log').read_text()[-3000:]}")
+            time.sleep(1)
+        if missing:
+            pytest.fail(f"never scraped: {sorted(missing)}\nsource log:\n{(work / 'source.log').read_text()[-3000:]}")
+        time.sleep(6)  # a few more scrapes, so rate() windows hold two samples and recording rules have run
+        yield prom
+    finally:
+        prom.stop()
+        _stop_group(source)
+        sglang.shutdown()
+
+
+@functools.cache
+def _all_exprs() -> list[tuple[str, str]]:
+    """(where, expr) for every panel target and variable of every dashboard and every rule."""
+    out = []
+    for name, dash in _prom.load_dashboards().items():
+        for panel in _prom.panels(dash):
+            out.extend((f"{name}: {panel['title']} [{t['refId']}]", t["expr"]) for t in panel["targets"])
+        for var in dash["templating"]["list"]:
+            if var["type"] == "query":
+                out.append((f"{name}: variable {var['name']}", var["query"]["query"]))
+    out.extend((r.get("record") or r["alert"], r["expr"]) for r in _prom.load_rules())
+    return out
+
+
+def test_shipped_scrape_config_keeps_the_exported_instance_label(live: Prometheus) -> None:
+    shipped = yaml.safe_load((_prom.DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    job = next(j for j in shipped["scrape_configs"] if j["job_name"] == "shadowsim")
+    assert job["honor_labels"] is True
+    instances = {s["metric"]["instance"] for s in _series(live, "shadowsim_twin_up")}
+    assert instances and not any(i.startswith("127.0.0.1:") for i in instances), instances
+
+
+def test_every_metric_used_exists_in_the_scrape(live: Prometheus) -> None:
+    names = live.names()
+    recorded = {r["record"] for r in _prom.load_rules() if "record" in r}
+    used = {m for _, expr in _all_exprs() for m in METRIC_RE.findall(expr)}
+    assert len(used) > 25
+    unknown = sorted(m for m in used if m not in names and m not in recorded
+                     and not any(m + suffix in names for suffix in ("_bucket", "_count", "_sum")))
+    assert unknown == [], f"metric names used in dashboards/rules but absent from the scrape: {unknown}"
+    undefined = sorted(m for m in used if m.startswith("shadowsim:") and m not in recorded)
+    assert undefined == [], f"recording rules used but never defined: {undefined}"
+
+
+def test_every_dashboard_panel_and_variable_returns_series(live: Prometheus) -> None:
+    checked, empty = 0, []
+    for name, dash in _prom.load_dashboards().items():
+        for panel in _prom.panels(dash):
+            assert panel["targets"], f"{name}: panel {panel['title']!r} has no query"
+            for target in panel["targets"]:
+                if not _series(live, _substitute(target["expr"])):
+                    empty.append(f"{name}: {panel['title']} [{target['refId']}] {target['expr']}")
+                checked += 1
+        for var in dash["templating"]["list"]:
+            if var["type"] != "query":
+                continue
+            # label_values(SELECTOR, LABEL): Grafana asks the series API; at least one series must carry LABEL.
+            inner = var["query"]["query"][len("label_values("):-1]
+            selector, label = (s.strip() for s in inner.rsplit(",", 1))
+            resp = live.get("/api/v1/series", **{"match[]": _substitute(selector)})
+            assert resp["status"] == "success", resp
+            if not any(label in s for s in resp["data"]):
+                empty.append(f"{name}: variable {var['name']} ({var['query']['query']})")
+            checked += 1
+    assert checked >= 40
+    assert empty == [], "queries without data:\n" + "\n".join(empty)
+
+
+def test_every_recording_rule_returns_series(live: Prometheus) -> None:
+    rules = [r for r in _prom.load_rules() if "record" in r]
+    assert len(rules) >= 10
+    empty = [r["record"] for r in rules if not _series(live, r["expr"])]
+    assert empty == [], f"recording rules without data: {empty}"
+    # Prometheus itself has evaluated them: the recorded series exist.
+    stored = [r["record"] for r in rules if not _series(live, r["record"])]
+    assert stored == [], f"recorded series missing: {stored}"
+
+
+def test_every_alert_is_valid_and_its_probes_return_series(live: Prometheus) -> None:
+    alerts = {r["alert"]: r["expr"] for r in _prom.load_rules() if "alert" in r}
+    assert set(ALERT_PROBES) == set(alerts), "every alert needs probes here, and only alerts that exist"
+    empty = []
+    for name, expr in alerts.items():
+        _series(live, expr)  # valid (empty is fine: a healthy demo fires nothing)
+        flat = " ".join(expr.split())
+        for probe in ALERT_PROBES[name]:
+            assert probe.replace(" bool", "") in flat, f"{name}: probe {probe!r} is not part of {flat!r}"
+            if not _series(live, probe):
+                empty.append(f"{name}: {probe}")
+    assert empty == [], "alert probes without data:\n" + "\n".join(empty)
+
+
+def test_prometheus_evaluated_every_loaded_rule_without_error(live: Prometheus) -> None:
+    groups = live.get("/api/v1/rules")["data"]["groups"]
+    loaded = {r["name"]: r for g in groups for r in g["rules"]}
+    expected = {r.get("record") or r["alert"] for r in _prom.load_rules()}
+    assert set(loaded) == expected
+    unhealthy = {n: r.get("lastError") for n, r in loaded.items() if r["health"] != "ok"}
+    assert unhealthy == {}
