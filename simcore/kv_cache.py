@@ -118,13 +118,17 @@ class KVCache:
         self.private -= n
         self.free += n
 
-    def _checkpoint(self, key: Sequence[int] | None, num_tokens: int, old_node: TreeNode,
-                    now: float) -> TreeNode:
+    def _checkpoint(self, key: Sequence[int] | None, num_tokens: int, old_node: TreeNode, now: float,
+                    finished: bool) -> TreeNode:
         """Insert the first ``num_tokens`` (page-floored) of a request that holds ``old_node`` locked.
 
         Its private copies of tokens already in the tree are freed; the rest move from private into the tree.
-        Key-less tokens (no key, or beyond the key's whole elements) go in as never-matched unique nodes.
         Returns the request's new last node (not yet locked); tokens past it stay private.
+
+        Key-less KV (no key at all, or, at finish, the tokens past the key's whole elements: generated tokens, a
+        partial last block) goes in as never-matched unique nodes. Before finish a keyed request's tokens past its
+        whole elements stay private: the next chunk may complete the element, and a unique node there would hide
+        the rest of the prompt from matching.
         """
         prot = old_node.end
         target = self.floor_page(num_tokens)
@@ -135,7 +139,7 @@ class KVCache:
             dup, node = self.tree.insert(key, target, now)
             if node.end < prot:  # key shorter than the locked path: keep what the request holds
                 node, dup = old_node, prot
-        if node.end < target:
+        if node.end < target and (finished or key is None):
             node = self.tree.extend_unique(node, target - node.end, now)
         # tokens [prot, node.end) leave the request's private set: the duplicates are freed, the rest are tree now
         self.private -= node.end - prot
@@ -145,7 +149,7 @@ class KVCache:
     def cache_unfinished(self, key: Sequence[int] | None, num_tokens: int, old_node: TreeNode,
                          now: float) -> TreeNode:
         """After a prefill chunk: checkpoint ``num_tokens``; the lock moves to the returned node."""
-        node = self._checkpoint(key, num_tokens, old_node, now)
+        node = self._checkpoint(key, num_tokens, old_node, now, finished=False)
         if node is not old_node:
             self.tree.inc_lock_ref(node)
             self.tree.dec_lock_ref(old_node)
@@ -158,7 +162,7 @@ class KVCache:
         ``kv_tokens`` is everything the request holds (matched prefix + allocated); default ``num_tokens``.
         """
         held = num_tokens if kv_tokens is None else kv_tokens
-        node = self._checkpoint(key, min(num_tokens, held), old_node, now)
+        node = self._checkpoint(key, min(num_tokens, held), old_node, now, finished=True)
         self.free_tokens(max(0, held - max(node.end, old_node.end)))
         self.tree.dec_lock_ref(old_node)
 

@@ -147,13 +147,17 @@ def _dfs_weight_order(waiting: Sequence[SchedReq]) -> list[int]:
             node = node["c"].setdefault(k, {"c": {}, "reqs": [], "w": 0})
             node["w"] += 1
         node["reqs"].append(i)
+    # post-order, as SGLang's _get_dfs_priority: a node's children (heaviest first), then its own requests
     order: list[int] = []
-    stack = [root]
+    stack: list[tuple[dict[str, Any], bool]] = [(root, False)]
     while stack:
-        node = stack.pop()
-        order.extend(node["reqs"])
+        node, expanded = stack.pop()
+        if expanded:
+            order.extend(node["reqs"])
+            continue
+        stack.append((node, True))
         kids = sorted(node["c"].values(), key=lambda n: -n["w"])
-        stack.extend(reversed(kids))
+        stack.extend((k, False) for k in reversed(kids))
     return order
 
 

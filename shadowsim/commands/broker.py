@@ -71,7 +71,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError("--port", f"{args.port} is not a TCP port", "use 0..65535; 0 picks a free one")
     stop = threading.Event()
     # SIGTERM (docker stop, kill) stops as cleanly as Ctrl-C does.
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    main_thread = threading.current_thread() is threading.main_thread()  # signals only work there
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if main_thread else None
     broker = EmbeddedBroker(port=args.port or None)
     try:
         try:
@@ -97,6 +98,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     finally:
         broker.stop()
-        signal.signal(signal.SIGTERM, previous)
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
         if not args.json:
             print("broker stopped", file=sys.stderr)

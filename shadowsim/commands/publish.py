@@ -116,7 +116,8 @@ def _producer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def _run(args: argparse.Namespace) -> int:
     _check(args)
     stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    main_thread = threading.current_thread() is threading.main_thread()  # signals only work there
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if main_thread else None
     producer = _producer(args)
     summary: dict[str, object]
     try:
@@ -129,7 +130,8 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         producer.flush()
         producer.close()
-        signal.signal(signal.SIGTERM, previous)
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     summary.update({"topic": args.topic, "bootstrap_servers": args.bootstrap_servers})
     if args.json:
         print(json.dumps(summary, sort_keys=True))

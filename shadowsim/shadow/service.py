@@ -133,9 +133,10 @@ class ShadowService:
 
     def run(self, *, max_records: int | None = None, idle_timeout_s: float | None = None,
             stop: threading.Event | None = None, poll_timeout_s: float = 0.5,
-            on_batch: Callable[[ShadowService], None] | None = None) -> int:
+            on_batch: Callable[[ShadowService], None] | None = None, checkpoint_at_end: bool = True) -> int:
         """Consume until ``stop`` is set, ``max_records`` records were processed, or nothing arrived for
-        ``idle_timeout_s`` wall seconds. Checkpoints on the way and once at the end. Returns records processed."""
+        ``idle_timeout_s`` wall seconds. Checkpoints on the way and (``checkpoint_at_end``) once at the end.
+        Returns the number of records processed (records skipped as already in a snapshot do not count)."""
         done = 0
         idle_since = time.monotonic()
         while stop is None or not stop.is_set():
@@ -159,8 +160,9 @@ class ShadowService:
                 break
             if max_records is not None and done >= max_records:
                 break
-        with self.lock:
-            self.checkpoint()
+        if checkpoint_at_end:
+            with self.lock:
+                self.checkpoint()
         return done
 
     def _rewind(self, unprocessed: list[Any]) -> None:

@@ -59,7 +59,7 @@ class MemorySource:
             self._assigned = True
             if self._on_assign is not None:
                 self._on_assign(set(self.log))
-        n = max_records or self._batch
+        n = self._batch if max_records is None else max_records
         out: list[Record] = []
         for tp in sorted(self.log):
             recs = self.log[tp]

@@ -97,7 +97,7 @@ def fit_roofline(gpus: list[str]) -> dict[str, float]:
     for key in DEFAULT_ROOFLINE:
         vals = [p[key] for p in per if key in p and math.isfinite(p[key])]
         if vals:
-            out[key] = round(_median(vals), 6)
+            out[key] = float(f"{_median(vals):.4g}")  # 4 significant digits: stable hashes
     return out
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from streams.adapters import server_info
 from streams.adapters.base import LineResult, ParseContext, as_int, build, finite, to_float, to_int
 
 BLOCK_START = "Serving Benchmark Result"
@@ -156,6 +157,11 @@ def from_json(obj: dict[str, Any], ctx: ParseContext) -> LineResult:
     if isinstance(summary, str):
         return summary
     events: list[Any] = list(summary or [])
+    info = obj.get("server_info")
+    if isinstance(info, dict) and server_info.is_server_info(info):
+        cfg = server_info.from_server_info(info, ctx)
+        if isinstance(cfg, list):
+            events.extend(cfg)
     ins, outs, ttfts = obj.get("input_lens"), obj.get("output_lens"), obj.get("ttfts")
     itls = obj.get("itls")
     if isinstance(ins, list) and isinstance(outs, list) and isinstance(ttfts, list):

@@ -12,7 +12,7 @@ from typing import Any
 import pydantic
 
 from simcore.events import EVENT_ADAPTER
-from streams.adapters import bench_serving, otlp, request_log, shipper, traces
+from streams.adapters import bench_serving, otlp, request_log, server_info, shipper, traces
 from streams.adapters.base import LineResult, ParseContext, validation_reason
 
 
@@ -40,6 +40,8 @@ def from_object(obj: Any, ctx: ParseContext) -> LineResult:
         return otlp.from_traces_dict(obj, ctx)
     if bench_serving.is_result_json(obj):
         return bench_serving.from_json(obj, ctx)
+    if server_info.is_server_info(obj):
+        return server_info.from_server_info(obj, ctx)
     if "meta_info" in obj and isinstance(obj["meta_info"], dict):  # a bare /generate response
         return request_log.from_meta_info(obj["meta_info"], ctx)
     return None

@@ -148,7 +148,8 @@ def _arrived_from_obj(obj: dict[str, Any], rid: str | None, ts: float, ctx: Pars
     ids = obj.get("input_ids")
     if not isinstance(rid, str) or not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
         return None  # metadata-only level: no prompt length to simulate with; nothing to emit
-    sp = obj.get("sampling_params") if isinstance(obj.get("sampling_params"), dict) else {}
+    sp_raw = obj.get("sampling_params")
+    sp: dict[str, Any] = sp_raw if isinstance(sp_raw, dict) else {}
     data: dict[str, Any] = {
         "kind": "request_arrived", "ts": ts, "request_id": rid, "prompt_tokens": len(ids), "token_ids": ids,
         "instance_id": ctx.instance_id, "source": ctx.source or None, "event_id": _ids(ctx, rid, "arrived"),
@@ -176,10 +177,11 @@ def from_json(obj: dict[str, Any], ctx: ParseContext) -> LineResult:
             meta = out.get("meta_info") if isinstance(out, dict) else None
             if not isinstance(meta, dict):
                 return "request.finished: no out.meta_info"
-            params = obj.get("obj") if isinstance(obj.get("obj"), dict) else {}
+            o = obj.get("obj")
+            req: dict[str, Any] = o if isinstance(o, dict) else {}
             if "id" not in meta and isinstance(obj.get("rid"), str):
                 meta = {**meta, "id": obj["rid"]}
-            return from_meta_info(meta, ctx, params=params, finish_ts=ts)
+            return from_meta_info(meta, ctx, params=req, finish_ts=ts)
         if event == "request.received":
             o = obj.get("obj")
             if not isinstance(o, dict):

@@ -51,19 +51,19 @@ def test_crash_and_resume_gives_the_uninterrupted_predictions_and_counters(short
         state, out = tmp_path / f"state{trial}", tmp_path / f"out{trial}.jsonl"
         cfg = _config(sc.shadow, state, 250)
         committed: dict = {}
-        left = len(recs)
-        while left > 0:  # crash at random points until a run gets to the end
+        crashes = 0
+        while True:  # crash at random points until a run gets to the end
             sink = PredictionSink(out)
             svc = _service(cfg, recs, sink, committed)
             k = rng.randint(1, 1500)
-            svc.run(max_records=k) if k < left else svc.run(idle_timeout_s=0)
-            if k >= left:
+            if svc.run(max_records=k, idle_timeout_s=0, checkpoint_at_end=False) < k:
                 svc.close()
                 break
             # the crash: no final checkpoint; the source remembers only what was committed
+            crashes += 1
             committed = dict(svc.source.committed)  # type: ignore[attr-defined]
             sink._f.flush()  # what the OS already had survives a process kill
-            left = len(recs) - min(o for o in committed.values()) if committed else len(recs)
+        assert crashes >= 2
         got = read_predictions(out)
         assert got == want, trial
         assert _stats(svc) == want_stats, trial
@@ -79,7 +79,9 @@ def test_checkpoint_writes_outputs_then_snapshot_then_commit(short_log: Any, tmp
     svc.store.save = lambda *a, **k: (order.append("save"), orig_save(*a, **k))[1]  # type: ignore[method-assign]
     svc.source.commit = lambda o: (order.append("commit"), orig_commit(o))[1]  # type: ignore[method-assign]
     svc.run(max_records=300)
-    assert order == ["flush", "save", "save", "save", "commit"]  # one snapshot per partition, one commit
+    # 300 records all come from partition 0 (the memory source drains partitions in order); partitions with
+    # nothing read yet get no snapshot: the group's committed offset already describes them.
+    assert order == ["flush", "save", "commit"]
     snap = svc.store.load("sglang.events", 0)
     assert snap is not None and snap["next_offset"] == svc.source.committed[("sglang.events", 0)]  # type: ignore[attr-defined]
 

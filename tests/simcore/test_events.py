@@ -89,3 +89,11 @@ def test_json_schema_lists_every_kind_with_a_discriminator():
     assert set(schema["discriminator"]["mapping"]) == set(ev.EVENT_KINDS)
     prefill = schema["$defs"]["PrefillBatch"]
     assert set(prefill["required"]) >= {"ts", "new_seqs", "new_tokens", "cached_tokens"}
+
+
+def test_docs_events_md_documents_every_kind_and_field(repo_dir):
+    text = (repo_dir / "docs" / "events.md").read_text()
+    missing = [f"{kind}.{name}" for kind, cls in ev.KIND_TO_CLASS.items() for name in cls.model_fields
+               if f"`{name}`" not in text]
+    assert missing == []
+    assert all(f"`{kind}`" in text for kind in ev.EVENT_KINDS)

@@ -100,6 +100,25 @@ def test_chunked_prefill_moves_the_lock() -> None:
     kv.check_invariants()
 
 
+def test_chunk_ending_inside_a_block_keeps_the_prompt_matchable() -> None:
+    """A chunk budget rarely ends on a 512-token block boundary; the partial block stays private until the next
+    chunk completes it, so the whole prompt is still found by the next request with the same blocks."""
+    kv = KVCache(10_000, key_unit=512)
+    key = (1, 2, 3, 4)  # 2000 tokens: 3 whole blocks + 464
+    node = kv.match(key, 2000, now=0.0).node
+    assert kv.alloc(700)
+    node = kv.cache_unfinished(key, 700, node, now=1.0)  # block 1 cached, 188 tokens private
+    assert (node.end, kv.protected, kv.private) == (512, 512, 188)
+    assert kv.alloc(1300)
+    node = kv.cache_unfinished(key, 2000, node, now=2.0)
+    assert (node.end, kv.protected, kv.private) == (1536, 1536, 464)
+    kv.cache_finished(key, 2000 + 10 - 1, node, now=3.0, kv_tokens=2000)  # no decode slots allocated here
+    # at finish the partial block goes in as a never-matched tail (prompt + output - 1 = 2009 → 2000 held)
+    assert (kv.private, kv.evictable, kv.free) == (0, 2000, 8000)
+    assert kv.match(key, 2000, now=4.0).prefix_len == 1536
+    kv.check_invariants()
+
+
 def test_unknown_content_is_cached_but_never_matched() -> None:
     kv = KVCache(50)
     m = kv.match(None, 8, now=0.0)
@@ -150,15 +169,13 @@ class _Req:
 class Driver:
     """Applies ops (kind, arg) to a KVCache the way the scheduler does; returns a comparable outcome per op."""
 
-    CHUNK = 4
-
     def __init__(self, kv: KVCache, keys: list[tuple[int, ...] | None]) -> None:
         self.kv, self.keys = kv, keys
         self.running: list[_Req] = []
 
-    def _prefill(self, r: _Req, now: float) -> str:
+    def _prefill(self, r: _Req, now: float, chunk: int) -> str:
         kv = self.kv
-        end = min(r.input_len, r.done + self.CHUNK)
+        end = min(r.input_len, r.done + chunk)
         need = kv.ceil_page(end) - r.held
         if need > 0 and not kv.alloc(need):
             kv.release(r.node, r.held)
@@ -181,13 +198,13 @@ class Driver:
             kv.lock(m.node)
             r = _Req(key, n_in, 1 + arg % 4, m.node, m.prefix_len, m.prefix_len, m.prefix_len)
             self.running.append(r)
-            return ("admit", m.prefix_len, self._prefill(r, now))
+            return ("admit", m.prefix_len, self._prefill(r, now, 1 + arg % 7))
         if not self.running:
             return ("idle",)
         r = self.running[arg % len(self.running)]
         if kind == 1:
             if r.out == 0:
-                return ("prefill", self._prefill(r, now))
+                return ("prefill", self._prefill(r, now, 1 + arg % 7))
             if r.out == r.output_len:
                 kv.cache_finished(r.key, r.done, r.node, now, kv_tokens=r.held)
                 self.running.remove(r)

@@ -239,7 +239,7 @@ def test_property_match_equals_brute_force_longest_prefix(seq: list, page: int) 
             want = max((_lcp(key[:cap], s) for s in stored), default=0) // page * page
             assert c.match_prefix(key, n, float(i)).prefix_len == want
         c.check_invariants()
-    assert c.total_size == _trie_size(stored)
+    assert c.total_size == _trie_size(stored, page)
 
 
 def _lcp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
@@ -251,6 +251,6 @@ def _lcp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return n
 
 
-def _trie_size(keys: list[tuple[int, ...]]) -> int:
-    """Distinct prefixes = tokens a radix tree of these (page-aligned) keys holds."""
-    return len({k[:i] for k in keys for i in range(1, len(k) + 1)})
+def _trie_size(keys: list[tuple[int, ...]], page: int) -> int:
+    """Distinct page-aligned prefixes × page = tokens a radix tree of these (page-aligned) keys holds."""
+    return page * len({k[:i] for k in keys for i in range(page, len(k) + 1, page)})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -67,7 +66,8 @@ JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
 KEYS = st.sampled_from(["kind", "schema_version", "ts", "message", "log", "event", "rid", "obj", "out", "meta_info",
                         "request_parameters", "prompt_tokens", "completion_tokens", "e2e_latency", "input_length",
                         "timestamp", "hash_ids", "input_toks", "arrival_time_ns", "resourceSpans", "completed",
-                        "duration", "input_lens", "output_lens", "ttfts", "itls", "id", "host", "kubernetes"])
+                        "duration", "input_lens", "output_lens", "ttfts", "itls", "id", "host", "kubernetes",
+                        "model_path", "tp_size", "internal_states", "server_info", "memory_usage"])
 JSON = st.recursive(JSON_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                           st.dictionaries(KEYS, inner, max_size=6)), max_leaves=12)
 

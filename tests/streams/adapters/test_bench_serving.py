@@ -63,3 +63,17 @@ def test_truncated_console_block_is_dead_lettered(tmp_path: Path):
     items = list(iter_file_events(p))
     assert [i.dead_letter.reason for i in items if i.dead_letter] == [
         "bench_serving: result block not closed (truncated printout)"]
+
+
+def test_server_info_json_and_the_copy_inside_a_bench_result():
+    info = {"model_path": "Qwen/Qwen3-32B", "served_model_name": "qwen3", "tp_size": 2, "dp_size": 1,
+            "page_size": 1, "chunked_prefill_size": 8192, "max_prefill_tokens": 16384, "max_running_requests": 256,
+            "context_length": 40960, "schedule_policy": "fcfs", "mem_fraction_static": 0.88,
+            "disable_radix_cache": False, "internal_states": [{"memory_usage": {"token_capacity": 500000}}]}
+    (cfg,) = decode_record(json.dumps(info).encode(), key=b"i1").events
+    assert (cfg.kind, cfg.model, cfg.tp_size, cfg.max_total_num_tokens, cfg.context_len) == (
+        "server_config", "qwen3", 2, 500000, 40960)
+    assert (cfg.schedule_policy, cfg.mem_fraction_static, cfg.disable_radix_cache) == ("fcfs", 0.88, False)
+    run = {"backend": "sglang", "completed": 1, "duration": 1.0, "mean_ttft_ms": 5.0, "server_info": info}
+    kinds = [e.kind for e in decode_record(json.dumps(run).encode()).events]
+    assert kinds == ["benchmark_summary", "server_config"]
