@@ -108,7 +108,8 @@ def detect_format(head: bytes) -> str:
         return "azure"
     if prometheus.looks_like(stripped):
         return "prometheus"
-    if stripped.startswith("{") and ('"resourceSpans"' in stripped[:2048] or '"resource_spans"' in stripped[:2048]):
+    if stripped.startswith("{") and any(k in stripped[:2048] for k in ('"resourceSpans"', '"resource_spans"',
+                                                                        '"resourceLogs"', '"resource_logs"')):
         return "otlp_json"
     return "sglang_log"  # line mode: log lines and JSON lines of any shape
 
@@ -170,9 +171,14 @@ def decode_record(
 def _decode(value: bytes, ctx: ParseContext, fmt: str) -> DecodeResult:
     if fmt not in FORMATS:
         return DecodeResult(dead_letters=[DeadLetter(raw=value, reason=f"unknown format {fmt!r}")])
+    ctx.line_no += 1
+    if fmt == "auto" and value[:1] == b"[" and b"\n" not in value.rstrip():
+        # fast path for the commonest record, one bracketed log line: no format sniffing
+        text = value.decode("utf-8", errors="replace")
+        events, skipped, dl = _emit(sglang_log.parse_line(text, ctx), value, None)
+        return DecodeResult(events, skipped, [dl] if dl else [])
     if fmt == "auto":
         fmt = detect_format(value[:_SNIFF_BYTES])
-    ctx.line_no += 1
     if fmt == "otlp_proto":
         events, skipped, dl = _emit(otlp.from_proto(value, ctx), value, None)
         return DecodeResult(events, skipped, [dl] if dl else [])

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from simcore.errors import UserError
@@ -106,7 +107,7 @@ def _run(args: argparse.Namespace) -> int:
         report["fit_summary"] = fit_s
         if hold_rows:
             report["holdout_summary"] = validate(hold_rows, profile=prof)["summary"]
-        sources.append(f"e2e:{args.from_e2e} (holdout every {args.holdout_every})")
+        sources.append(f"e2e:{Path(args.from_e2e).name} (holdout every {args.holdout_every})")
     prof = prof.model_copy(update={"name": args.name or prof.name,
                                    "source": "; ".join(sources) or prof.source})
     report["profile_hash"] = prof.profile_hash

@@ -8,8 +8,9 @@ Formats (--format, default auto-detected from the content):
   json           JSON lines: shipper envelopes (Vector, Fluent Bit, Filebeat), --log-requests JSON,
                  --export-metrics-to-file lines, traces, canonical shadowsim events
   events         canonical shadowsim event JSON lines only (what this command prints)
-  otlp_proto     one serialized OTLP TracesData message (Collector Kafka exporter, otlp_proto)
-  otlp_json      OTLP JSON ({"resourceSpans": ...})
+  otlp_proto     one serialized OTLP TracesData (request spans) or LogsData (log lines in the record
+                 bodies) message, as the OpenTelemetry Collector's Kafka exporter writes it
+  otlp_json      OTLP JSON ({"resourceSpans": ...} or {"resourceLogs": ...})
   prometheus     a scrape of SGLang's /metrics
   bench_console  sglang.bench_serving console printout
   mooncake       Mooncake trace JSON lines (timestamp ms, input_length, output_length, hash_ids)
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -43,8 +45,9 @@ _EXAMPLES_PER_REASON = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", metavar="FILE", help="the file to read")
-    parser.add_argument("--format", "-f", default="auto", choices=FORMATS, help="input format (default: auto)")
+    parser.add_argument("file", metavar="FILE", help="the file to read ('-' = standard input)")
+    parser.add_argument("--format", "-f", default="auto", choices=FORMATS, metavar="FORMAT",
+                        help="input format, one of the list above (default: auto)")
     parser.add_argument("--instance-id", default=None,
                         help="SGLang instance the events belong to (default: from the input, else 'default')")
     parser.add_argument("--start-ts", type=float, default=None, metavar="UNIX_S",
@@ -63,7 +66,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.file == "-":
+        # the format is sniffed from the first bytes and some formats are read whole: buffer stdin in a file
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "stdin"
+            path.write_bytes(sys.stdin.buffer.read())
+            return _parse(path, args, shown="-")
     path = Path(args.file)
+    return _parse(path, args, shown=str(path))
+
+
+def _parse(path: Path, args: argparse.Namespace, shown: str) -> int:
     if not path.exists():
         raise UserError("FILE", f"{path} does not exist", "give the path of a log, metrics or trace file")
     if path.is_dir():
@@ -91,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UserError("FILE", f"cannot read {path}: {exc.strerror or exc}", "check the path and permissions") from None
     out.flush()
     summary = {
-        "file": str(path),
+        "file": shown,
         "format": args.format,
         "events": sum(kinds.values()),
         "events_by_kind": dict(sorted(kinds.items())),

@@ -32,9 +32,10 @@ def padded_bs(bs: int, graph_sizes: tuple[int, ...]) -> int | None:
     return graph_sizes[i] if i < len(graph_sizes) else None
 
 
-def step_time_s(latency: LatencyModel, shape: BatchShape) -> float:
+def step_time_s(latency: LatencyModel, shape: BatchShape, overlap: bool = True) -> float:
+    """Wall time one step adds: with overlap scheduling the CPU work hides under the previous GPU step."""
     st = latency.step_time(shape)
-    return st.gpu_s + st.cpu_s
+    return max(st.gpu_s, st.cpu_s) if overlap else st.gpu_s + st.cpu_s
 
 
 @dataclass
@@ -86,8 +87,17 @@ def shape_of_forward_pass(ev: ForwardPass, graph_sizes: tuple[int, ...]) -> tupl
         return "decode", BatchShape(num_decode=bs, decode_sum_kv=ev.sum_kv_tokens or 0,
                                     cuda_graph_bs=padded_bs(bs, graph_sizes))
     n_dec = ev.num_decode_reqs or 0
-    return "prefill", BatchShape(extend_lens=(ev.num_extend_tokens,), prefix_lens=(ev.num_cached_tokens or 0,),
-                                 num_decode=n_dec, decode_sum_kv=(ev.sum_kv_tokens or 0) if n_dec else 0)
+    # Per-request lengths are not reported: spread the totals evenly over the prefill requests (attention cost
+    # is per request, so one aggregated request would overstate it).
+    n = max(1, ev.num_prefill_reqs or (ev.batch_size - n_dec) or 1)
+    ext, pre = _spread(ev.num_extend_tokens, n), _spread(ev.num_cached_tokens or 0, n)
+    return "prefill", BatchShape(extend_lens=ext, prefix_lens=pre, num_decode=n_dec,
+                                 decode_sum_kv=(ev.sum_kv_tokens or 0) if n_dec else 0)
+
+
+def _spread(total: int, n: int) -> tuple[int, ...]:
+    q, r = divmod(total, n)
+    return tuple(q + (1 if i < r else 0) for i in range(n))
 
 
 @dataclass
@@ -98,26 +108,29 @@ class Anchor:
     graph_sizes: tuple[int, ...]
     calibrator: OnlineCalibrator
     timeline: StepTimeline = field(default_factory=StepTimeline)
+    overlap: bool = True
 
     def on_forward_pass(self, ev: ForwardPass) -> None:
         op, shape = shape_of_forward_pass(ev, self.graph_sizes)
-        pred = step_time_s(self.latency, shape)
+        st = self.latency.step_time(shape)
         self.timeline.saw_forward_passes = True
-        self.timeline.add(ev.ts, pred)
-        self.calibrator.observe(op, ev.duration_s, pred)
+        self.timeline.add(ev.ts, max(st.gpu_s, st.cpu_s) if self.overlap else st.gpu_s + st.cpu_s)
+        # duration_s is the GPU forward alone: compare it with the model's GPU time
+        self.calibrator.observe(op, ev.duration_s, st.gpu_s)
 
     def on_prefill_batch(self, ev: PrefillBatch) -> None:
         if self.timeline.saw_forward_passes:
             return  # the exact per-step feed is there; log lines would count the same steps twice
-        shape = BatchShape(extend_lens=(max(ev.new_tokens, 1),), prefix_lens=(ev.cached_tokens,))
-        self.timeline.add(ev.ts, step_time_s(self.latency, shape))
+        n = max(1, ev.new_seqs)
+        shape = BatchShape(extend_lens=_spread(max(ev.new_tokens, n), n), prefix_lens=_spread(ev.cached_tokens, n))
+        self.timeline.add(ev.ts, step_time_s(self.latency, shape, self.overlap))
 
     def on_decode_batch(self, ev: DecodeBatch) -> None:
         bs = ev.running_reqs
         if bs == 0:
             return
         shape = BatchShape(num_decode=bs, decode_sum_kv=ev.kv_tokens or 0, cuda_graph_bs=padded_bs(bs, self.graph_sizes))
-        pred = step_time_s(self.latency, shape)
+        pred = step_time_s(self.latency, shape, self.overlap)
         if ev.gen_throughput_tok_s:
             # bs tokens per decode step: observed step time = bs / throughput (includes interleaved prefills,
             # so it is only used when no forward-pass feed exists).

@@ -83,6 +83,7 @@ class DriftConfig(_Frozen):
     verdict_mode: Literal["free", "anchored"] = "anchored"
     performance_band: float = Field(0.15, gt=0, description="|factor − baseline| above this = performance drift")
     calibration_halflife_steps: float = Field(50.0, gt=0, description="EWMA half-life of the online factors")
+    min_factor_samples: int = Field(50, ge=1, description="steps observed before a performance verdict")
     recalibrate: bool = Field(False, description="apply the online factors to the free-running twin")
     factor_bounds: tuple[float, float] = (0.5, 2.0)
 

@@ -106,6 +106,7 @@ class SimEngine:
         self.key_unit = cfg.key_unit
         self.latency = ScaledLatencyModel(build_latency(cfg, server_config))
         self.graph_sizes = tuple(self.settings.cuda_graph_bs or ())
+        self.overlap = not self.settings.disable_overlap_schedule
         self.kv_capacity = int(server_config.get("max_total_num_tokens") or cfg.kv_capacity_tokens)
         self._seed = cfg.seed
         self._future: list[tuple[float, int, dict[str, Any]]] = []  # (arrival_rel, arrival order, spec fields)

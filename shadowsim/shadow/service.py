@@ -21,6 +21,7 @@ checkpointed, then its twins are dropped (the next owner restores them from that
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -43,9 +44,11 @@ class PartitionState:
 
 
 def dead_letter_reason(error: str) -> str:
-    """A small label value from a decode error: the exception type (``ValidationError``, ``JSONDecodeError``...)."""
-    head = error.split(":", 1)[0].strip()
-    return head if head.isidentifier() and len(head) <= 40 else "other"
+    """A small label value from a decode error: what precedes the first colon, up to a dot — the event kind
+    (``request_finished``), the adapter or the exception type (``ValidationError``); anything else is ``other``.
+    Keeps the ``reason`` label's cardinality bounded whatever the error texts say."""
+    head = error.split(":", 1)[0].split(".", 1)[0].strip().replace(" ", "_")
+    return head if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,39}", head) else "other"
 
 
 class ShadowService:
@@ -154,8 +157,8 @@ class ShadowService:
                     self.checkpoint()
             if on_batch is not None:
                 on_batch(self)
-            if recs:
-                idle_since = time.monotonic()
+            if recs or not self.source.assignment():
+                idle_since = time.monotonic()  # idle means: partitions assigned, and nothing more in them
             elif idle_timeout_s is not None and time.monotonic() - idle_since >= idle_timeout_s:
                 break
             if max_records is not None and done >= max_records:

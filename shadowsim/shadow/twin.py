@@ -50,6 +50,7 @@ class Engine(Protocol):
 
     latency: LatencyModel
     graph_sizes: tuple[int, ...]
+    overlap: bool  # overlap scheduling on (CPU work hidden under the GPU)
 
     @property
     def now_ts(self) -> float: ...
@@ -136,7 +137,7 @@ class InstanceTwin:
         return decide(self.mape(mode), {m: len(self.windows[(m, mode)]) for m in METRICS},
                       self.drift_cfg.mape_threshold, self.drift_cfg.min_samples, self.calibrator.factors,
                       self.calibrator.counts, {c: 1.0 for c in self.calibrator.factors},
-                      self.drift_cfg.performance_band)
+                      self.drift_cfg.performance_band, self.drift_cfg.min_factor_samples)
 
     # ---- the event handler ---------------------------------------------------------------------------------------
     def apply(self, ev: Any) -> None:
@@ -245,7 +246,7 @@ class InstanceTwin:
 
     def _anchor(self) -> Anchor:
         eng = self._ensure_engine()
-        return Anchor(eng.latency, eng.graph_sizes, self.calibrator, self.timeline)
+        return Anchor(eng.latency, eng.graph_sizes, self.calibrator, self.timeline, eng.overlap)
 
     def _submit(self, rid: str, p: Pending, output_len: int) -> None:
         eng = self._ensure_engine()
@@ -285,8 +286,10 @@ class InstanceTwin:
             self.engine.set_factors(self.calibrator.factors)
         for c in self.engine.advance_to(horizon):
             self._on_completion(c)
+        # Windows cover the last window_s of *simulated* time: samples join when the simulation reaches them, which
+        # can trail the watermark by a long request's lifetime.
         for w in self.windows.values():
-            w.expire(wm)
+            w.expire(self.engine.now_ts)
         oldest = min((p.arrival_ts for p in self.pending.values()), default=wm)
         self.timeline.prune(min(oldest, wm) - 1.0)
         self._gc(wm)

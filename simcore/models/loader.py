@@ -137,6 +137,11 @@ def _canonical(hf_lower: str) -> str:
 
 
 @lru_cache(maxsize=256)
+def _load_catalogued(hf_lower: str) -> ModelSpec:
+    text = resources.files("simcore.models").joinpath("configs", _catalogue()[hf_lower]).read_text()
+    return spec_from_config(json.loads(text), _canonical(hf_lower))
+
+
 def load_model(name_or_path: str) -> ModelSpec:
     """A ModelSpec from an HF id (case-insensitive; ``-Instruct``/org optional) or a local config.json path.
 
@@ -165,5 +170,4 @@ def load_model(name_or_path: str) -> ModelSpec:
         hint = "did you mean " + ", ".join(_canonical(idx[c]) for c in close) + "?" if close else \
             "give a local config.json path, or see `simcore.models.list_models()`"
         raise UserError("--model", f"unknown model {name_or_path!r}", hint)
-    text = resources.files("simcore.models").joinpath("configs", _catalogue()[hit]).read_text()
-    return spec_from_config(json.loads(text), _canonical(hit))
+    return _load_catalogued(hit)  # catalogued specs are immutable: cache them; local files are re-read

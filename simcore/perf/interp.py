@@ -50,6 +50,41 @@ class Curve:
         return math.exp(self.ly[i - 1] + w * (self.ly[i] - self.ly[i - 1]))
 
 
+def _fill_line(lx: np.ndarray, ly: np.ndarray) -> np.ndarray:
+    """Fill NaNs of one grid line: interpolate inside, continue the end slopes (clamped to [0, 2]) outside."""
+    ok = ~np.isnan(ly)
+    if ok.sum() < 2 or ok.all():
+        return ly
+    x, y = lx[ok], ly[ok]
+    out = np.interp(lx, x, y)
+    lo_slope = min(2.0, max(0.0, (y[1] - y[0]) / (x[1] - x[0])))
+    hi_slope = min(2.0, max(0.0, (y[-1] - y[-2]) / (x[-1] - x[-2])))
+    out = np.where(lx < x[0], y[0] + lo_slope * (lx - x[0]), out)
+    out = np.where(lx > x[-1], y[-1] + hi_slope * (lx - x[-1]), out)
+    return np.where(ok, ly, out)
+
+
+def _fill_holes(logv: np.ndarray, log_axes: Sequence[np.ndarray]) -> np.ndarray:
+    """Fill unmeasured cells with the mean (in log space) of 1-D power-law fills along each axis.
+
+    Exact for separable power laws; measured cells are never changed. Cells no axis can reach stay NaN.
+    """
+    holes = np.isnan(logv)
+    if not holes.any():
+        return logv
+    acc = np.zeros_like(logv)
+    cnt = np.zeros_like(logv)
+    for d, la in enumerate(log_axes):
+        filled = np.apply_along_axis(lambda line: _fill_line(la, line), d, logv)
+        ok = holes & ~np.isnan(filled)
+        acc[ok] += filled[ok]
+        cnt[ok] += 1
+    out = logv.copy()
+    has = holes & (cnt > 0)
+    out[has] = acc[has] / cnt[has]
+    return out
+
+
 class LogGrid:
     """Latencies on a rectangular grid (axes of positive values), NaN where not measured.
 
@@ -58,11 +93,13 @@ class LogGrid:
     weights renormalized; returns NaN when no corner around the point was measured.
     """
 
-    def __init__(self, axes: Sequence[np.ndarray], values: np.ndarray) -> None:
+    def __init__(self, axes: Sequence[np.ndarray], values: np.ndarray, fill: bool = True) -> None:
         self.axes = [np.asarray(a, dtype=float) for a in axes]
         self.log_axes = [np.log(a) for a in self.axes]
         with np.errstate(divide="ignore", invalid="ignore"):
             self.logv = np.where(values > 0, np.log(values), np.nan)
+        if fill:
+            self.logv = _fill_holes(self.logv, self.log_axes)
 
     @classmethod
     def from_points(cls, coords: Sequence[np.ndarray], latency: np.ndarray) -> LogGrid:

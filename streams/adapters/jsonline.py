@@ -38,6 +38,8 @@ def from_object(obj: Any, ctx: ParseContext) -> LineResult:
         return traces.from_sharegpt_stream(obj, ctx)
     if otlp.is_otlp_json(obj):
         return otlp.from_traces_dict(obj, ctx)
+    if otlp.is_otlp_logs_json(obj):
+        return otlp.from_logs_dict(obj, ctx)
     if bench_serving.is_result_json(obj):
         return bench_serving.from_json(obj, ctx)
     if server_info.is_server_info(obj):

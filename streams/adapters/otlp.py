@@ -1,4 +1,4 @@
-"""OTLP trace spans, as the OpenTelemetry Collector's Kafka exporter writes them -> request events.
+"""OTLP trace spans and log records, as the OpenTelemetry Collector's Kafka exporter writes them -> events.
 
 Encodings: ``otlp_proto`` (a serialized ``TracesData`` / ``ExportTraceServiceRequest``: same wire format) and
 ``otlp_json`` (``{"resourceSpans": [...]}``, camelCase, 64-bit ints as strings). Both are walked as the same dict
@@ -11,6 +11,9 @@ SGLang's request root span (``"[role ]Req <rid8>"``, sglang-internals 5.4) carri
 and thread spans are skipped: they carry no batch shape with a duration.
 
 The instance is the resource's ``service.instance.id`` or ``host.name`` unless the caller fixed it.
+
+OTLP *logs* (``LogsData``, e.g. the Collector's filelog receiver shipping SGLang's stdout) carry log lines in the
+record bodies; they are parsed like raw lines (``from_logs_dict``).
 """
 from __future__ import annotations
 
@@ -131,22 +134,90 @@ def from_traces_dict(obj: dict[str, Any], ctx: ParseContext) -> LineResult:
     return first_err
 
 
+def is_otlp_logs_json(obj: dict[str, Any]) -> bool:
+    return "resourceLogs" in obj or "resource_logs" in obj
+
+
+_LOG_INSTANCE_KEYS = ("k8s.pod.name", "container.name", "host.name", "service.instance.id")
+
+
+def from_logs_dict(obj: dict[str, Any], ctx: ParseContext) -> LineResult:
+    """OTLP ``LogsData`` (the Collector's filelog receiver -> Kafka exporter): each record's string body is a log
+    line, parsed like a raw line under the resource's pod / container / host name. A batch gives all its events;
+    if none parse, the first dead-letter reason."""
+    from streams.adapters import sglang_log  # local: sglang_log does not depend on otlp
+
+    events: list[Any] = []
+    first_err: str | None = None
+    rl_list = obj.get("resourceLogs", obj.get("resource_logs"))
+    if not isinstance(rl_list, list):
+        return "otlp: resourceLogs is not a list"
+    saved = ctx.instance_id
+    try:
+        for rl in rl_list:
+            if not isinstance(rl, dict):
+                continue
+            res = rl.get("resource")
+            attrs = attributes(res.get("attributes") if isinstance(res, dict) else None)
+            if not ctx.scratch.get("instance_fixed"):
+                inst = next((attrs[k] for k in _LOG_INSTANCE_KEYS if isinstance(attrs.get(k), str) and attrs[k]),
+                            None)
+                ctx.instance_id = inst or saved
+            scopes = rl.get("scopeLogs", [])
+            for sl in scopes if isinstance(scopes, list) else []:
+                records = sl.get("logRecords", []) if isinstance(sl, dict) else []
+                for rec in records if isinstance(records, list) else []:
+                    if not isinstance(rec, dict):
+                        continue
+                    body = _attr_value(rec.get("body"))
+                    if not isinstance(body, str):
+                        continue
+                    t = _nanos(rec.get("timeUnixNano")) or _nanos(rec.get("observedTimeUnixNano"))
+                    if t:
+                        ctx.last_ts = t
+                    out = sglang_log.parse_line(body, ctx)
+                    if isinstance(out, str):
+                        first_err = first_err or out
+                    elif out:
+                        events.extend(out)
+    finally:
+        ctx.instance_id = saved
+    if events:
+        return events
+    return first_err
+
+
 def from_proto(data: bytes, ctx: ParseContext) -> LineResult:
-    """A serialized ``TracesData``/``ExportTraceServiceRequest``. Undecodable bytes are a dead letter."""
+    """A serialized ``TracesData``/``ExportTraceServiceRequest`` or ``LogsData``. Both start with field 1, so the
+    bytes are read as traces first; spans without a trace id mean it was a logs message. Undecodable bytes are a
+    dead letter."""
     try:
         from google.protobuf import json_format
-        from google.protobuf.message import DecodeError
+        from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
         from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
     except ImportError:  # pragma: no cover - opentelemetry-proto is a dependency
         return "otlp_proto: opentelemetry-proto is not installed"
+    def as_logs() -> Any:
+        try:
+            return LogsData.FromString(data)
+        except Exception:  # noqa: BLE001 - the C decoder raises DecodeError and, on some garbage, other types
+            return None
+
     try:
         msg = TracesData.FromString(data)
-    except (DecodeError, ValueError, RuntimeError) as exc:
-        return f"otlp_proto: not a TracesData message ({type(exc).__name__})"
-    except Exception as exc:  # noqa: BLE001 - the C decoder can raise odd types on garbage
-        return f"otlp_proto: not a TracesData message ({type(exc).__name__})"
+    except Exception as exc:  # noqa: BLE001
+        logs = as_logs()
+        if logs is None:
+            return f"otlp_proto: neither TracesData nor LogsData ({type(exc).__name__})"
+        return from_logs_dict(json_format.MessageToDict(logs), ctx) if logs.resource_logs else None
     if not msg.resource_spans:
         return None
+    spans = [sp for rs in msg.resource_spans for ss in rs.scope_spans for sp in ss.spans]
+    if spans and not any(sp.trace_id for sp in spans):
+        logs = as_logs()  # real spans always have a trace id: this was probably a logs message
+        if logs is not None and any(lr.body.HasField("string_value") for r in logs.resource_logs
+                                    for sl in r.scope_logs for lr in sl.log_records):
+            return from_logs_dict(json_format.MessageToDict(logs), ctx)
     return from_traces_dict(json_format.MessageToDict(msg), ctx)
 
 

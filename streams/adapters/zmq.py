@@ -88,7 +88,7 @@ def _as_map(ev: Any) -> tuple[str, dict[str, Any]]:
     if isinstance(ev, (list, tuple)) and ev and isinstance(ev[0], str):
         tag = ev[0]
         names = _STORED_FIELDS if tag == "BlockStored" else _REMOVED_FIELDS if tag == "BlockRemoved" else ()
-        return tag, dict(zip(names, ev[1:]))
+        return tag, dict(zip(names, ev[1:], strict=False))  # trailing defaults may be omitted
     raise ZmqDecodeError(f"event is neither a tagged array nor a map: {str(ev)[:80]}")
 
 

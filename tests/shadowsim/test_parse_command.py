@@ -50,3 +50,16 @@ def test_parse_with_explicit_format_and_instance(shared_dir: Path, capsysbinary)
     first = parse_event(out.splitlines()[0])
     assert (first.kind, first.instance_id, first.prompt_tokens, first.ts) == ("request_arrived", "sim-1", 27369,
                                                                               100.101537)
+
+
+def test_parse_reads_standard_input(shared_dir: Path, monkeypatch, capsysbinary):
+    import io
+    import sys
+
+    data = (shared_dir / "data/sglang_logs/issue2795_v0.4.1.post3_deepseek-v3_2x8-h800_decode.log").read_bytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    assert main(["parse", "-"]) == 0
+    out, err = capsysbinary.readouterr()
+    assert len(out.splitlines()) == 19
+    assert err.decode().startswith("-: 19 events, 0 lines skipped, 0 dead-lettered")
+    assert parse_event(out.splitlines()[0]).event_id == "stdin:1"

@@ -95,7 +95,9 @@ def test_records_already_in_the_snapshot_are_skipped(short_log: Any, tmp_path: P
     # A new member whose group offsets were never committed (commit lost): it must still not re-apply records.
     b = _service(cfg, recs, PredictionSink(tmp_path / "b.jsonl"), committed={})
     b.source.poll_batch(0, max_records=0)  # joins: restores snapshots and seeks
-    skipped = sum(0 if b.process(r) else 1 for r in recs[:50])
+    first = [r for r in recs if r.partition == 0][:50]
+    assert a.partitions[("sglang.events", 0)].next_offset == 500  # a read 500 records of partition 0
+    skipped = sum(0 if b.process(r) else 1 for r in first)
     assert skipped == 50
     assert b.records_processed == 0
 

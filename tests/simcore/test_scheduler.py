@@ -241,8 +241,11 @@ def test_page_overhead_only_in_0_5_23() -> None:
 
 def test_chunked_continuation_gets_at_least_the_chunk() -> None:
     s = ServerSettings(chunked_prefill_size=4096)
-    a = _adder(s, Pool(free=100))  # hardly any room: the continuation must still progress
     req = FakeReq("c", 10000)
+    a = _adder(s, Pool(free=100))  # budget = min(chunk, remaining room) = 100
+    assert a.add_chunked_req(req, remaining=5000) is req
+    assert a.extend[id(req)] == 100
+    a = _adder(s, Pool(free=0))  # no room at all: the continuation must still progress by a full chunk
     assert a.add_chunked_req(req, remaining=5000) is req
     assert a.extend[id(req)] == 4096
     a = _adder(s, Pool(free=100000))

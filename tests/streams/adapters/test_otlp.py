@@ -69,7 +69,7 @@ def test_otlp_json_record_with_hex_ids_and_string_ints():
 def test_garbage_that_starts_like_a_proto_is_dead_lettered():
     res = decode_record(b"\n\x05\x12\x03\xff\xff\xff\xff\xff\x00")
     assert res.events == [] and len(res.dead_letters) == 1
-    assert res.dead_letters[0].reason.startswith("otlp_proto: not a TracesData message")
+    assert res.dead_letters[0].reason.startswith("otlp_proto: neither TracesData nor LogsData")
 
 
 def test_a_root_span_before_finish_is_skipped():
@@ -78,3 +78,38 @@ def test_a_root_span_before_finish_is_skipped():
     sp.name, sp.start_time_unix_nano = "Req 1", START_NS
     res = decode_record(td.SerializeToString())
     assert (res.events, res.dead_letters, res.skipped) == ([], [], 1)
+
+
+def logs_data():
+    from opentelemetry.proto.logs.v1.logs_pb2 import LogsData
+
+    ld = LogsData()
+    rl = ld.resource_logs.add()
+    a = rl.resource.attributes.add()
+    a.key, a.value.string_value = "k8s.pod.name", "sglang-qwen-0"
+    records = rl.scope_logs.add()
+    for body in [
+        "[2025-01-08 20:17:32 TP0] Decode batch. #running-req: 2, #token: 27373, token usage: 0.09, "
+        "gen throughput (token/s): 33.38, #queue-req: 0",
+        'INFO:     127.0.0.1:1 - "POST /generate HTTP/1.1" 200 OK',
+        "[2025-01-08 20:17:33 TP0] Prefill batch. #new-seq: 1, #new-token: 9, #cached-token: 3, token usage: 0.09, "
+        "#running-req: 2, #queue-req: 0",
+    ]:
+        lr = records.log_records.add()
+        lr.body.string_value = body
+        lr.time_unix_nano = START_NS
+    return ld
+
+
+def test_otlp_logs_proto_from_the_filelog_receiver():
+    res = decode_record(logs_data().SerializeToString(), source="otlp_logs")
+    assert res.dead_letters == []
+    assert [(e.kind, e.instance_id) for e in res.events] == [("decode_batch", "sglang-qwen-0"),
+                                                              ("prefill_batch", "sglang-qwen-0")]
+    assert res.events[0].ts == 1736367452.0 and res.events[1].cached_tokens == 3
+
+
+def test_otlp_logs_json():
+    text = json.dumps(json_format.MessageToDict(logs_data()))
+    res = decode_record(text.encode(), key=b"inst-2")
+    assert [e.instance_id for e in res.events] == ["inst-2", "inst-2"]

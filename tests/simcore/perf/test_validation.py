@@ -1,0 +1,108 @@
+"""`shadowsim validate`: measurement rows, the benchmark they describe, and the error statistics."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from shadowsim.cli import main
+from simcore.errors import UserError
+from simcore.perf.validation import RowResult, ape, error_summary, read_rows, simulate_row, validate
+
+HEADER = ("id,model,gpu,precision,tp,ep,dp_attention,isl,osl,concurrency,request_rate,num_requests,"
+          "sglang_version,measured_ttft_ms,measured_tpot_ms,measured_throughput_rps\n")
+
+
+def write(tmp_path, *lines: str):
+    p = tmp_path / "m.csv"
+    p.write_text(HEADER + "".join(line + "\n" for line in lines))
+    return p
+
+
+def test_read_rows_handles_blanks(tmp_path) -> None:
+    rows = read_rows(write(tmp_path, "a,Qwen/Qwen3-32B,h100_sxm,bf16,2,1,1,1024,128,16,,,0.5.1.post1,840.8,16.5,",
+                           "b,Qwen/Qwen3-8B,h100_sxm,,1,,,512,64,,inf,40,,,,2.5"))
+    a, b = rows
+    assert (a.tp, a.isl, a.osl, a.concurrency, a.request_rate, a.num_requests) == (2, 1024, 128, 16, None, None)
+    assert a.measured == {"ttft": 840.8, "tpot": 16.5, "throughput": None}
+    assert (b.precision, b.ep, b.request_rate, b.num_requests, b.sglang_version) == (None, 1, None, 40, "0.5.9")
+    assert b.measured["throughput"] == 2.5
+
+
+def test_read_rows_errors_name_the_problem(tmp_path) -> None:
+    with pytest.raises(UserError, match="no such file"):
+        read_rows(tmp_path / "nope.csv")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,model\nx,y\n")
+    with pytest.raises(UserError, match="lacks column"):
+        read_rows(bad)
+    with pytest.raises(UserError, match="not a number"):
+        read_rows(write(tmp_path, "a,Qwen/Qwen3-32B,h100,bf16,two,1,1,1024,128,16,,,0.5.9,1,1,"))
+
+
+def test_error_statistics() -> None:
+    assert ape(110.0, 100.0) == pytest.approx(10.0) and ape(90.0, 100.0) == pytest.approx(10.0)
+    assert ape(1.0, None) is None and ape(1.0, 0.0) is None
+    results = [RowResult(None, {}, {"ttft": e, "tpot": None, "throughput": None}) for e in (10.0, 20.0, 30.0, 40.0)]
+    s = error_summary(results)
+    assert s["ttft"] == {"mape": 25.0, "median_ape": 25.0, "p90_ape": pytest.approx(37.0), "n": 4}
+    assert s["tpot"] == {"mape": None, "median_ape": None, "p90_ape": None, "n": 0}
+
+
+def test_unsimulatable_rows_are_skipped_with_a_reason(tmp_path) -> None:
+    rows = read_rows(write(tmp_path,
+                           "unknown,foo/bar,h100,bf16,1,1,1,10,10,1,,,0.5.9,1,1,",
+                           "ep,Qwen/Qwen3-32B,h100,bf16,8,8,1,10,10,1,,,0.5.9,1,1,",
+                           "dp,Qwen/Qwen3-32B,h100,bf16,8,1,8,10,10,1,,,0.5.9,1,1,",
+                           "gpu,Qwen/Qwen3-32B,tpu,bf16,2,1,1,10,10,1,,,0.5.9,1,1,",
+                           "ok,Qwen/Qwen3-32B,h100,bf16,2,1,1,10,10,1,,,0.5.9,1,1,"))
+    calls = []
+
+    def fake(row, **kw):
+        calls.append(row.id)
+        if row.gpu == "tpu":
+            raise UserError("--gpu", "unknown GPU 'tpu'")
+        if row.model == "foo/bar":
+            raise UserError("--model", "unknown model 'foo/bar'")
+        return RowResult(row, {"ttft": 1.5, "tpot": 1.0, "throughput": 1.0}, {"ttft": 50.0, "tpot": 0.0})
+
+    out = validate(rows, simulate_fn=fake)
+    reasons = {s["id"]: s["reason"] for s in out["skipped"]}
+    assert set(reasons) == {"unknown", "ep", "dp", "gpu"}
+    assert "expert parallelism" in reasons["ep"] and "DP attention" in reasons["dp"]
+    assert "--gpu" in reasons["gpu"]
+    assert calls == ["unknown", "gpu", "ok"]  # parallelism checks happen before simulating
+    assert [r["id"] for r in out["rows"]] == ["ok"] and out["summary"]["ttft"]["mape"] == 50.0
+
+
+def test_real_simulation_of_a_small_closed_loop_row(tmp_path) -> None:
+    rows = read_rows(write(tmp_path, "small,Qwen/Qwen3-32B,h100_sxm,bf16,4,1,1,1024,64,4,,12,0.5.9,100,10,"))
+    r = simulate_row(rows[0])
+    # 4 clients, 1024-token prompts on TP4: prefill ≈ 0.12 s for 4 prompts, decode ≈ 10 ms per token.
+    assert 20 < r.predicted["ttft"] < 400
+    assert 7 < r.predicted["tpot"] < 14
+    assert r.predicted["throughput"] == pytest.approx(4 / (r.predicted["ttft"] / 1e3 + 63 * r.predicted["tpot"] / 1e3),
+                                                      rel=0.2)
+    assert r.ape["tpot"] == pytest.approx(abs(r.predicted["tpot"] - 10) * 10)
+
+
+def test_cli_json_and_rows_csv(tmp_path, capsys) -> None:
+    m = write(tmp_path, "small,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,256,16,2,,4,0.5.9,50,8,",
+              "bad,Nope/Model,h100_sxm,bf16,8,1,1,256,16,2,,4,0.5.9,50,8,")
+    out_csv = tmp_path / "rows.csv"
+    assert main(["validate", str(m), "--json", "-q", "--out", str(out_csv)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == {"rows", "summary", "skipped"}
+    assert set(doc["summary"]) == {"ttft", "tpot", "throughput"}
+    assert set(doc["summary"]["ttft"]) == {"mape", "median_ape", "p90_ape", "n"}
+    assert doc["skipped"][0]["id"] == "bad" and "unknown model" in doc["skipped"][0]["reason"]
+    with open(out_csv) as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows[0]["id"] == "small" and float(rows[0]["predicted_tpot_ms"]) > 0
+
+
+def test_cli_missing_file_is_a_one_line_error(capsys) -> None:
+    assert main(["validate", "/nonexistent.csv"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("shadowsim: error: MEASUREMENTS") and err.count("\n") == 1

@@ -1,0 +1,67 @@
+"""Helpers for the server tests: run a list of requests through one Server and keep every step."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import simpy
+
+from simcore.perf.base import LinearLatencyModel
+from simcore.request import RequestSpec
+from simcore.results import RequestRecord, StepRecord
+from simcore.server import Server
+from simcore.settings import ServerSettings, resolve
+
+GiB = 1024**3
+# every GPU step 10 ms + 0.1 ms per extend token; no CPU time: easy numbers
+LAT = LinearLatencyModel(base_s=0.01, per_extend_token_s=1e-4, per_prefix_token_s=0.0, per_decode_req_s=0.0,
+                         per_kv_token_s=0.0, cpu_s=0.0)
+
+
+@dataclass
+class Run:
+    server: Server
+    steps: list[StepRecord] = field(default_factory=list)
+
+    @property
+    def records(self) -> dict[str, RequestRecord]:
+        return {r.rid: r for r in self.server.records}
+
+
+def req(rid: str, at: float, input_len: int, output_len: int, max_new: int | None = -1,
+        key: Sequence[int] | None = None, **kw: Any) -> RequestSpec:
+    """A request; ``max_new=-1`` means max_new_tokens = output_len (finishes by length)."""
+    mn = output_len if max_new == -1 else max_new
+    return RequestSpec(rid, at, input_len, output_len, mn, tuple(key) if key is not None else None, **kw)
+
+
+def run(reqs: Sequence[RequestSpec], *, cap: int = 100_000, lat: Any = LAT, fast: bool = True,
+        check: bool = True, seed: int = 0, gpu_mem: int = 80 * GiB, server_kw: dict[str, Any] | None = None,
+        **settings: Any) -> Run:
+    """Simulate ``reqs`` (submitted at their arrival times); ``check`` recounts all state after every step."""
+    s = resolve(ServerSettings(**settings), gpu_mem)
+    env = simpy.Environment()
+    out = Run(None)  # type: ignore[arg-type]
+
+    def observe(step: StepRecord) -> None:
+        out.steps.append(step)
+        if check:
+            out.server.check_invariants()
+            assert step.kv_used <= step.kv_capacity
+
+    out.server = Server(env, s, cap, lat, rng=np.random.default_rng(seed), observer=observe, fast=fast,
+                        **(server_kw or {}))
+
+    def feed():  # type: ignore[no-untyped-def]
+        for r in sorted(reqs, key=lambda q: q.arrival_s):
+            if r.arrival_s > env.now:
+                yield env.timeout(r.arrival_s - env.now)
+            out.server.submit(r)
+
+    env.process(feed())
+    env.run()
+    if check:
+        out.server.check_invariants()
+        assert out.server.kv.used == 0, "KV still held after every request finished"
+    return out

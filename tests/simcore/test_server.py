@@ -1,0 +1,259 @@
+"""The SimPy server: SGLang's scheduler loop with concrete, hand-computed numbers.
+
+All tests use the latency model of ``serverkit.LAT``: a GPU step takes 10 ms plus 0.1 ms per prefilled token,
+no CPU time, unless a test says otherwise. Times in the assertions follow from that by hand.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import simpy
+
+from simcore.perf.base import LinearLatencyModel
+from simcore.server import Server
+from simcore.settings import ServerSettings, resolve
+
+from serverkit import LAT, run, req
+
+
+def test_single_request_timeline_without_overlap() -> None:
+    # prefill 100 tokens: 10 + 10 ms; then two decode steps of 10 ms
+    r = run([req("a", 0.0, 100, 3)], disable_overlap_schedule=True).records["a"]
+    assert r.first_token_s == pytest.approx(0.020)
+    assert r.finish_s == pytest.approx(0.040)
+    assert r.ttft_s == pytest.approx(0.020)
+    assert r.tpot_s == pytest.approx(0.010)
+    assert (r.output_len, r.cached_tokens, r.num_retractions) == (3, 0, 0)
+
+
+def test_overlap_hides_cpu_time_behind_gpu() -> None:
+    lat = LinearLatencyModel(base_s=0.010, per_extend_token_s=0.0, per_decode_req_s=0.0, per_kv_token_s=0.0,
+                             cpu_s=0.002)
+    off = run([req("a", 0.0, 100, 3)], lat=lat, disable_overlap_schedule=True).records["a"]
+    # serial: each iteration costs cpu + gpu = 12 ms
+    assert (off.first_token_s, off.finish_s) == pytest.approx((0.012, 0.036))
+    on = run([req("a", 0.0, 100, 3)], lat=lat).records["a"]
+    # overlap: GPU busy back to back after the first 2 ms CPU pass: 2 + 10 + 10 + 10
+    assert (on.first_token_s, on.finish_s) == pytest.approx((0.012, 0.032))
+
+
+def test_eos_finish_costs_one_extra_decode_row_under_overlap() -> None:
+    length = run([req("a", 0.0, 100, 3)])                  # max_new = 3 → finishes by length
+    eos = run([req("a", 0.0, 100, 3, max_new=50)])         # stops by EOS at 3 tokens
+    assert [s.shape.mode for s in length.steps] == ["prefill", "decode", "decode"]
+    assert [s.shape.mode for s in eos.steps] == ["prefill", "decode", "decode", "decode"]
+    assert eos.records["a"].finish_s == pytest.approx(length.records["a"].finish_s)
+    serial = run([req("a", 0.0, 100, 3, max_new=50)], disable_overlap_schedule=True)
+    assert len(serial.steps) == 3  # no extra row without overlap
+
+
+def test_long_prompt_chunks_stall_all_decodes() -> None:
+    # a decoding, then a 10k-token prompt with chunked_prefill_size 4096: 3 prefill steps back to back
+    res = run([req("a", 0.0, 100, 200), req("b", 0.05, 10_000, 5)], chunked_prefill_size=4096)
+    modes = [(s.shape.mode, s.shape.extend_lens, s.shape.prefix_lens) for s in res.steps]
+    i = modes.index(("prefill", (4096,), (0,)))
+    assert modes[i + 1] == ("prefill", (4096,), (4096,))
+    assert modes[i + 2] == ("prefill", (1808,), (8192,))
+    assert res.steps[i - 1].shape.mode == "decode" and res.steps[i + 3].shape.num_decode == 2
+    assert all(s.shape.num_decode == 0 for s in res.steps[i:i + 3])  # decode starved for all three
+    b = res.records["b"]
+    assert b.first_token_s == pytest.approx(res.steps[i + 2].end_s)
+
+
+def test_mixed_chunk_lets_decodes_ride_along() -> None:
+    res = run([req("a", 0.0, 100, 200), req("b", 0.05, 10_000, 5)], chunked_prefill_size=4096,
+              enable_mixed_chunk=True)
+    chunks = [s for s in res.steps if s.shape.extend_lens and s.shape.extend_lens[0] > 1000]
+    assert [s.shape.num_decode for s in chunks] == [1, 1, 1]
+    assert [s.shape.extend_lens for s in chunks] == [(4095,), (4095,), (1810,)]  # chunk budget − 1 decode row
+
+
+def test_fully_cached_prompt_still_extends_one_token() -> None:
+    key = list(range(100))
+    res = run([req("a", 0.0, 100, 2, key=key), req("b", 1.0, 100, 2, key=key)])
+    b_step = [s for s in res.steps if s.start_s >= 1.0][0]
+    assert b_step.shape.extend_lens == (1,) and b_step.shape.prefix_lens == (99,)
+    assert res.records["b"].cached_tokens == 99
+    assert res.records["a"].cached_tokens == 0
+
+
+def test_page_size_floors_matches() -> None:
+    key = list(range(100))
+    res = run([req("a", 0.0, 100, 2, key=key), req("b", 1.0, 100, 2, key=key)], page_size=16)
+    assert res.records["b"].cached_tokens == 96  # 99 floored to whole pages
+
+
+def test_arrivals_wait_for_the_next_iteration() -> None:
+    # a's prefill runs 0 → 0.11 s; b arrives at 0.05 s and is seen only when the next iteration starts
+    res = run([req("a", 0.0, 1000, 2), req("b", 0.05, 100, 2)], disable_overlap_schedule=True)
+    assert res.steps[1].start_s == pytest.approx(0.11)
+    assert res.steps[1].shape.extend_lens == (100,)
+    assert res.records["b"].queue_time_s == pytest.approx(0.06)
+
+
+def test_head_of_line_blocking() -> None:
+    # a runs; x (too big for what is left) heads the queue; y would fit but must wait behind x
+    # a holds 300+ tokens and reserves 0.7 × its ~295 remaining outputs: at most ~490 of 1000 left for x (610)
+    reqs = [req("a", 0.0, 300, 300), req("x", 0.05, 600, 10), req("y", 0.06, 50, 10)]
+    res = run(reqs, cap=1000)
+    rec = res.records
+    assert rec["y"].first_token_s > rec["a"].finish_s
+    assert rec["x"].first_token_s <= rec["y"].first_token_s
+    lof = run(reqs, cap=1000, schedule_policy="lof").records  # x (max_new 10) and y tie; a still blocks
+    assert lof["y"].first_token_s > lof["a"].finish_s
+
+
+def test_batch_is_full_latch_stops_prefill_attempts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import simcore.server as server_mod
+
+    built: list[float] = []
+    real = server_mod.PrefillAdder
+
+    class Counting(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *a, **kw):  # type: ignore[no-untyped-def]
+            super().__init__(*a, **kw)
+            built.append(0)
+
+    monkeypatch.setattr(server_mod, "PrefillAdder", Counting)
+    res = run([req("a", 0.0, 300, 300), req("x", 0.05, 600, 10)], cap=1000)
+    decode_steps = sum(1 for s in res.steps if s.shape.mode == "decode")
+    # one adder for a, one failing attempt for x (NO_TOKEN → latch), one after a finished: not one per step
+    assert len(built) == 3 and decode_steps > 100
+
+
+def test_max_running_requests_caps_the_batch() -> None:
+    reqs = [req(f"r{i}", 0.0, 50, 20) for i in range(5)]
+    res = run(reqs, max_running_requests=2)
+    assert max(s.num_running for s in res.steps) == 2
+    assert max(s.shape.num_decode for s in res.steps) == 2
+    rec = res.records
+    assert rec["r2"].first_token_s >= min(rec["r0"].finish_s, rec["r1"].finish_s)
+
+
+def test_cuda_graph_padding_and_eager_above_max() -> None:
+    reqs = [req(f"r{i}", 0.0, 20, 5) for i in range(5)]
+    graph = run(reqs)
+    assert {s.shape.cuda_graph_bs for s in graph.steps if s.shape.mode == "decode"} == {8}  # 5 → 8
+    eager = run(reqs, cuda_graph_max_bs=4)
+    assert {s.shape.cuda_graph_bs for s in eager.steps if s.shape.mode == "decode"} == {None}
+    off = run(reqs, disable_cuda_graph=True)
+    assert {s.shape.cuda_graph_bs for s in off.steps if s.shape.mode == "decode"} == {None}
+
+
+def test_retraction_picks_fewest_outputs_and_requeues_at_tail() -> None:
+    # low reservation ratio: three 100+400 requests admitted into a 1000-token pool; decode runs out of memory
+    reqs = [req("a", 0.0, 100, 400), req("b", 0.5, 100, 400), req("c", 1.0, 100, 400)]
+    res = run(reqs, cap=1000, init_new_token_ratio=0.05)
+    i, first = next((i, s) for i, s in enumerate(res.steps) if s.retracted)
+    assert first.retracted == ("c",)  # the fewest outputs
+    rec = res.records
+    assert rec["c"].num_retractions >= 1 and rec["a"].num_retractions == 0
+    assert all(r.output_len == 400 for r in rec.values())
+    # the ratio jumps to (Σ outputs + 20·n) / (Σ max_new + 1) of the survivors: far above its decayed value
+    assert res.steps[i - 1].new_token_ratio < 0.05 < first.new_token_ratio <= 1.0
+    assert res.server.num_retractions == sum(r.num_retractions for r in rec.values())
+
+
+def test_retraction_tie_breaks_on_longest_input() -> None:
+    # c first; short and long enter together later, so they tie on outputs when memory runs out
+    reqs = [req("c", 0.0, 100, 400), req("short", 0.5, 100, 400), req("long", 0.5, 150, 400)]
+    res = run(reqs, cap=1300, init_new_token_ratio=0.05)
+    first = next(s for s in res.steps if s.retracted)
+    assert first.retracted[0] == "long"
+
+
+def test_new_token_ratio_decays_per_decode_step_and_resets_on_idle() -> None:
+    res = run([req("a", 0.0, 10, 11), req("b", 5.0, 10, 2)])
+    ratios = [s.new_token_ratio for s in res.steps]
+    # prefill at 0.7, then 10 decode steps decay it by (0.7 − 0.098)/600 each
+    assert ratios[0] == pytest.approx(0.7)
+    assert ratios[10] == pytest.approx(0.7 - 10 * 0.602 / 600)
+    assert ratios[11] == pytest.approx(0.7)  # idle in between: reset
+
+
+def test_cached_tokens_and_hit_rate() -> None:
+    shared = list(range(64))
+    reqs = [req("a", 0.0, 100, 2, key=shared + list(range(1000, 1036))),
+            req("b", 1.0, 80, 2, key=shared + list(range(2000, 2016)))]
+    rec = run(reqs).records
+    assert (rec["a"].cached_tokens, rec["b"].cached_tokens) == (0, 64)
+
+
+def test_prompt_larger_than_pool_is_aborted() -> None:
+    res = run([req("big", 0.0, 2000, 5), req("ok", 0.0, 100, 5)], cap=1000)
+    assert res.records["big"].aborted and not res.records["ok"].aborted
+
+
+def _workload() -> list:
+    import random
+
+    rnd = random.Random(7)
+    out = []
+    for i in range(120):
+        n = rnd.randint(10, 700)
+        base = (i % 4) * 10_000
+        m = rnd.randint(1, 500)
+        out.append(req(f"r{i}", i * 0.01, n, m, max_new=m + 50 if i % 2 else -1,  # odd: EOS finishes
+                       key=list(range(base, base + n))))
+    return out
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+@pytest.mark.parametrize("policy", ["fcfs", "lpm", "dfs-weight", "lof", "random"])
+def test_fast_path_equals_step_by_step(overlap: bool, policy: str) -> None:
+    kw = dict(cap=2500, chunked_prefill_size=512, schedule_policy=policy, disable_overlap_schedule=not overlap,
+              lat=LinearLatencyModel(cpu_s=0.001), check=False)
+    fast = run(_workload(), fast=True, **kw)
+    slow = run(_workload(), fast=False, **kw)
+    assert fast.server.num_retractions > 0  # the workload exercises retraction
+    assert sorted(fast.server.records, key=lambda r: r.rid) == sorted(slow.server.records, key=lambda r: r.rid)
+    assert [(s.start_s, s.shape) for s in fast.steps] == [(s.start_s, s.shape) for s in slow.steps]
+
+
+@pytest.mark.parametrize("cut_s", [0.3, 1.0, 2.55])
+def test_snapshot_restore_continues_exactly(cut_s: float) -> None:
+    s = resolve(ServerSettings(chunked_prefill_size=512, schedule_policy="lpm"), 80 * 1024**3)
+    lat = LinearLatencyModel(cpu_s=0.001)
+    reqs = _workload()
+
+    def feed(env, srv, start):  # type: ignore[no-untyped-def]
+        for r in reqs[start:]:
+            if r.arrival_s > env.now:
+                yield env.timeout(r.arrival_s - env.now)
+            srv.submit(r)
+
+    env = simpy.Environment()
+    whole = Server(env, s, 2500, lat, rng=np.random.default_rng(1))
+    env.process(feed(env, whole, 0))
+    env.run()
+
+    env = simpy.Environment()
+    first = Server(env, s, 2500, lat, rng=np.random.default_rng(1))
+    env.process(feed(env, first, 0))
+    env.run(until=cut_s)
+    snap = json.loads(json.dumps(first.snapshot()))  # JSON round trip: no pickles
+    env2 = simpy.Environment(initial_time=env.now)
+    second = Server.restore(env2, snap, s, lat)
+    env2.process(feed(env2, second, sum(1 for r in reqs if r.arrival_s < cut_s)))
+    env2.run()
+    resumed = sorted(first.records + second.records, key=lambda r: r.rid)
+    assert resumed == sorted(whole.records, key=lambda r: r.rid)
+    assert len(resumed) == 120
+
+
+def test_same_seed_same_result_random_policy() -> None:
+    a = run(_workload(), cap=2500, schedule_policy="random", seed=5, check=False).server.records
+    b = run(_workload(), cap=2500, schedule_policy="random", seed=5, check=False).server.records
+    c = run(_workload(), cap=2500, schedule_policy="random", seed=6, check=False).server.records
+    assert a == b
+    assert a != c
+
+
+def test_tokenize_and_detokenize_delays() -> None:
+    base = run([req("a", 0.0, 100, 3)], disable_overlap_schedule=True).records["a"]
+    slow = run([req("a", 0.0, 100, 3)], disable_overlap_schedule=True,
+               server_kw={"tokenize_s": 0.005, "detokenize_s": 0.001}).records["a"]
+    assert slow.first_token_s == pytest.approx(base.first_token_s + 0.006)
+    assert slow.finish_s == pytest.approx(base.finish_s + 0.006)
