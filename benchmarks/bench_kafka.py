@@ -103,15 +103,15 @@ def bench(n: int = N_DEFAULT) -> dict[str, float]:
     return res
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    n = int(args[0]) if args else N_DEFAULT
+def main(n: int = N_DEFAULT) -> dict[str, float]:
+    """Run the benchmark on ``n`` events, print the table and the JSON line, return the figures."""
     res = bench(n)
     print(f"kafka I/O through embedded Tansu, {n:,} events (canonical decode_batch JSON, 8 instances, 4 partitions)")
     for key in ("produce_ev_s", "consume_ev_s", "e2e_ev_s", "decode_ev_s", "reorder_ev_s"):
         print(f"  {key:<14} {res[key]:>12,.0f} events/s")
     print(json.dumps({"bench": "kafka", **{k: round(v, 1) for k, v in res.items()}}))
+    return res
 
 
 if __name__ == "__main__":
-    main()
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else N_DEFAULT)

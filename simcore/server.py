@@ -30,13 +30,13 @@ import simpy
 
 from simcore.kv_cache import KVCache
 from simcore.memory import max_running_requests as _derive_max_running
-from simcore.perf.base import BatchShape, LatencyModel, StepTime
+from simcore.perf.base import BatchShape, LatencyModel
 from simcore.request import RequestSpec
 from simcore.results import RequestRecord, StepRecord
 from simcore.scheduler import AddResult, NewTokenRatio, PrefillAdder, order_waiting, retraction_order
-from simcore.server_state import (Batch, Req, ReservationSum, batch_from_state, batch_to_state, req_from_state,
-                                  req_to_state)
+from simcore.server_state import Batch, Req, ReservationSum
 from simcore.settings import ServerSettings, resolve
+from simcore import server_snapshot as _snap
 
 LATE = 2  # SimPy priority: URGENT=0, NORMAL=1; our wake-ups run after every same-time event
 
@@ -430,6 +430,8 @@ class Server:
                     self._leave_r(r)
                     r.held = self._ceil(r.input_len + r.o0 - 1)
                     self._abort(r, t)
+                if kv.available() < self._decode_need(zombies):
+                    zombies = []  # finished anyway: their wasted rows are skipped when nothing fits
                 need = self._decode_need(zombies)
                 if not zombies:
                     return None
@@ -518,6 +520,13 @@ class Server:
         self.records.append(rec)
         del self.reqs[r.rid]
         ev = self.events.pop(r.rid, None)
+        if t > self.env.now:
+            # an abort decided while the loop runs ahead of env.now (fast path): signal it at its own time
+            self._late(t - self.env.now).callbacks.append(lambda _e: self._signal(rec, ev))
+        else:
+            self._signal(rec, ev)
+
+    def _signal(self, rec: RequestRecord, ev: simpy.Event | None) -> None:
         if self.on_finish is not None:
             self.on_finish(rec)
         if ev is not None and not ev.triggered:
@@ -530,88 +539,21 @@ class Server:
             r.node = None
         self._finish(r, t, aborted=True)
 
-    # ---- checks -------------------------------------------------------------------------------------
+    # ---- checks, snapshot / restore (simcore.server_snapshot) ---------------------------------------
     def check_invariants(self) -> None:
         """Recount the incremental state from scratch (AssertionError on a mismatch). O(requests); for tests."""
-        kv = self.kv
-        kv.check_invariants()
-        assert self.sum_kv == sum(r.input_len + r.out_len for r in self.R.values()), "sum_kv drifted"
-        brute = [0, 0]
-        for r in list(self.R.values()) + list(self.F.values()):
-            brute[r.res_group] += self.res.left(r)
-        assert brute == self.res.sums, (brute, self.res.sums)
-        private = 0
-        for r in self.reqs.values():
-            if r.node is None:
-                continue
-            held = self._ceil(r.input_len + r.out_len - 1) if r.in_r else r.held
-            assert r.node.lock_ref > 0 or r.node is kv.root, f"{r.rid} holds an unlocked node"
-            assert held >= r.node.end, (r.rid, held, r.node.end)
-            private += held - r.node.end
-        assert private == kv.private, f"private KV {kv.private} != held by requests {private}"
-        for r in self.R.values():
-            assert r.out_len < r.output_len, f"{r.rid} decodes past its output length"
+        _snap.check_invariants(self)
 
-    # ---- snapshot / restore -------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """Pure, JSON-able domain state; :meth:`restore` continues exactly like an uninterrupted run."""
-        reqs = [req_to_state(r) for r in self.reqs.values()]
-        return {
-            "version": 1,
-            "now": self.env.now, "t": self.t, "gpu_free": self.gpu_free, "idle": self.idle,
-            "G": self.clk[0], "sum_kv": self.sum_kv, "batch_is_full": self.batch_is_full,
-            "ratio": self.ratio.current, "seq": self.seq, "bid": self.bid, "steps": self.steps,
-            "num_retractions": self.num_retractions, "kv_peak_used": self.kv_peak_used,
-            "last_decode_apply": self.last_decode_apply,
-            "itl_vals": list(self.itl_vals), "itl_w": list(self.itl_w),
-            "reqs": reqs,
-            "pending": [[at, seq, r.rid] for at, seq, r in self.pending],
-            "waiting": [r.rid for r in self.waiting],
-            "R": list(self.R), "F": list(self.F), "zombies": [r.rid for r in self.zombies],
-            "joined": [r.rid for r in self.joined],
-            "chunked": self.chunked.rid if self.chunked else None,
-            "fin_heap": [list(e) for e in self.fin_heap], "res": self.res.to_state(),
-            "inflight": batch_to_state(self.inflight), "due": batch_to_state(self.due),
-            "kv": self.kv.to_state(),
-            "rng": self.rng.bit_generator.state,
-        }
+        return _snap.snapshot(self)
 
     @classmethod
     def restore(cls, env: simpy.Environment, snap: dict[str, Any], settings: ServerSettings,
                 latency: LatencyModel, **kw: Any) -> "Server":
         """Rebuild a server (and its SimPy process) from :meth:`snapshot` in ``env`` (``env.now`` should equal
         the snapshot's ``now``). Finish events are new: find them in ``server.events`` by rid."""
-        kvs = snap["kv"]
-        rng = np.random.default_rng()
-        rng.bit_generator.state = snap["rng"]
-        srv = cls(env, settings, kvs["capacity"], latency, key_unit=kvs["key_unit"], rng=rng, _start=False, **kw)
-        srv.kv = KVCache.from_state(kvs)
-        srv.clk[0] = snap["G"]
-        for d in snap["reqs"]:
-            r = req_from_state(d, srv.clk, srv.kv)
-            srv.reqs[r.rid] = r
-            srv.events[r.rid] = env.event()
-        get = srv.reqs.__getitem__
-        srv.pending = [(at, seq, get(rid)) for at, seq, rid in snap["pending"]]
-        heapq.heapify(srv.pending)
-        srv.waiting = [get(x) for x in snap["waiting"]]
-        srv.R = {x: get(x) for x in snap["R"]}
-        srv.F = {x: get(x) for x in snap["F"]}
-        srv.zombies = [get(x) for x in snap["zombies"]]
-        srv.joined = [get(x) for x in snap["joined"]]
-        srv.chunked = get(snap["chunked"]) if snap["chunked"] else None
-        srv.fin_heap = [tuple(e) for e in snap["fin_heap"]]  # type: ignore[misc]
-        heapq.heapify(srv.fin_heap)
-        srv.res.load_state(snap["res"])
-        srv.inflight = batch_from_state(snap["inflight"], srv.reqs.get)
-        srv.due = batch_from_state(snap["due"], srv.reqs.get)
-        for k in ("t", "gpu_free", "sum_kv", "batch_is_full", "seq", "bid", "steps", "num_retractions",
-                  "kv_peak_used", "last_decode_apply"):
-            setattr(srv, k, snap[k])
-        srv.ratio.current = snap["ratio"]
-        srv.itl_vals, srv.itl_w = list(snap["itl_vals"]), list(snap["itl_w"])
-        srv.proc = env.process(srv._resume(snap["idle"]))
-        return srv
+        return _snap.restore(cls, env, snap, settings, latency, **kw)
 
     def _resume(self, idle: bool):
         if idle:

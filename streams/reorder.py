@@ -78,6 +78,13 @@ class ReorderBuffer(Generic[E]):
             return -math.inf
         return self._max_ts - self.allowed_lateness_s + max(0.0, self._clock() - self._max_seen_at)
 
+    def pending(self) -> list[E]:
+        """The buffered events in push order, for a snapshot: an owner that checkpoints offsets past records whose
+        events are still buffered must save these with its state (and ``push`` them again after a restore), or
+        commit no further than the oldest buffered record."""
+        items = [item for q in self._queues.values() for item in q]
+        return [ev for _, ev in sorted(items, key=lambda it: it[0])]
+
     def __len__(self) -> int:
         """Events buffered, not yet released."""
         return self._size

@@ -73,7 +73,8 @@ def _run(args: argparse.Namespace) -> int:
     # SIGTERM (docker stop, kill) stops as cleanly as Ctrl-C does.
     main_thread = threading.current_thread() is threading.main_thread()  # signals only work there
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set()) if main_thread else None
-    broker = EmbeddedBroker(port=args.port or None)
+    # The broker must not outlive this command, even when it is SIGKILLed.
+    broker = EmbeddedBroker(port=args.port or None, die_with_parent=main_thread)
     try:
         try:
             broker.start()

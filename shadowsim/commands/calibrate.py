@@ -65,7 +65,8 @@ def _run(args: argparse.Namespace) -> int:
     from simcore.perf.calibrate import fit_e2e, fit_roofline, split_holdout
     from simcore.perf.profile import CalibrationProfile, default_profile
     from simcore.perf.tables import tables_dir_names
-    from simcore.perf.validation import read_rows, validate
+    from shadowsim.commands.validate import read_rows
+    from simcore.perf.validation import validate
 
     if not args.from_tables and not args.from_e2e and args.cpu_base_s is None and args.cpu_per_req_s is None \
             and args.launch_s_per_layer is None:

@@ -66,7 +66,7 @@ def _run(args: argparse.Namespace) -> int:
     lead_s = 3.0  # consumer-group join and broker warm-up before the first event is due
     t0 = time.time() + lead_s
     items = scenario_events(sc, t0, latency_backend=args.latency_backend)
-    with EmbeddedBroker() as broker:
+    with EmbeddedBroker(die_with_parent=True) as broker:  # no orphan broker if the demo is SIGKILLed
         k = sc.shadow.kafka
         broker.create_topics({k.topic: 3, k.dead_letter_topic: 1})
         updates["kafka"] = updates["kafka"].model_copy(update={"bootstrap_servers": broker.bootstrap_servers})

@@ -5,7 +5,8 @@ By default the file is decoded here and each event goes out as canonical event J
 (so one instance's events stay in order on one partition). --raw sends the lines as they are, as a log shipper
 (Vector, Fluent Bit) would; the consumer decodes them then.
 
-  --follow        keep reading as the file grows, across rotation (like tail -F); Ctrl-C stops
+  --follow        keep reading as the file grows, across rotation (like tail -F); Ctrl-C stops;
+                  --from-end ships only lines written from now on
   --speed N       replay a recorded file at N times its own timing (event timestamps); 1 = real time
   --zmq ENDPOINT  bridge SGLang's ZMQ feed instead of a file: --zmq-kind kv-events (--kv-events-config) or
                   forward-pass (--enable-forward-pass-metrics); connect to the endpoint SGLang binds
@@ -49,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="SGLang instance the input belongs to (default: from the input, else 'default')")
     parser.add_argument("--raw", action="store_true", help="send lines as they are instead of decoded events")
     parser.add_argument("--follow", action="store_true", help="follow the file as it grows, across rotation")
+    parser.add_argument("--from-end", action="store_true",
+                        help="with --follow: skip what the file holds now, ship only new lines")
     parser.add_argument("--speed", type=float, default=None, metavar="N",
                         help="replay at N x the recorded timing (default: as fast as possible)")
     parser.add_argument("--idle-timeout-s", type=float, default=None, metavar="S",
@@ -90,6 +93,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError("FILE", f"{path} is a directory", "give one file; loop in the shell for many")
     if not path.exists() and not args.follow:
         raise UserError("FILE", f"{path} does not exist", "check the path (with --follow it may appear later)")
+    if args.from_end and not args.follow:
+        raise UserError("--from-end", "applies to --follow only")
     if args.follow and args.speed:
         raise UserError("--speed", "cannot be combined with --follow",
                         "--speed replays a recorded file; --follow ships lines as they are written")
@@ -151,7 +156,7 @@ def _run_file(args: argparse.Namespace, producer, stop: threading.Event) -> dict
     pub = FilePublisher(producer, fmt=args.format, instance_id=args.instance_id, raw=args.raw, speed=args.speed,
                         progress=progress)
     if args.follow:
-        stats = pub.follow(args.file, stop=stop.is_set, idle_timeout_s=args.idle_timeout_s)
+        stats = pub.follow(args.file, stop=stop.is_set, from_end=args.from_end, idle_timeout_s=args.idle_timeout_s)
     else:
         stats = pub.publish_file(args.file)
     return stats.as_dict()

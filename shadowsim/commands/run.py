@@ -30,6 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", help="topic of SGLang events (default sglang.events)")
     p.add_argument("--dead-letter-topic", help="topic for records that do not decode (default sglang.events.dlq)")
     p.add_argument("--group", help="consumer group; processes of one group share the partitions (default shadowsim)")
+    p.add_argument("--session-timeout-ms", type=int, help="Kafka group session timeout (default 10000): how long "
+                   "a dead member keeps its partitions")
     p.add_argument("--config", type=Path, help="shadow.yaml: instance settings, event-time rules, drift thresholds "
                    "(see docs/shadow.md)")
     p.add_argument("--metrics-port", type=int, help="port of /metrics and /healthz (default 9400; 0 = any free)")
@@ -52,6 +54,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
     return load_config(args.config, {
         "kafka.bootstrap_servers": args.bootstrap_servers, "kafka.topic": args.topic,
         "kafka.dead_letter_topic": args.dead_letter_topic, "kafka.group": args.group,
+        "kafka.session_timeout_ms": args.session_timeout_ms,
         "metrics_port": args.metrics_port, "snapshot.dir": str(args.state_dir) if args.state_dir else None,
         "predictions_path": str(args.predictions) if args.predictions else None,
         "snapshot.every_s": args.snapshot_every_s, "snapshot.every_events": args.snapshot_every_events,

@@ -23,6 +23,7 @@ import argparse
 import csv
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from simcore.errors import UserError
@@ -53,13 +54,28 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
+def read_rows(path: str | Path) -> list[Any]:
+    """Read a measurement CSV into `simcore.perf.validation.Row`s (the file I/O stays out of simcore)."""
+    from simcore.perf.validation import rows_from_records
+
+    p = Path(path)
+    try:
+        with p.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            return rows_from_records(reader, reader.fieldnames or [], str(p))
+    except FileNotFoundError:
+        raise UserError("MEASUREMENTS", f"no such file: {p}", "give a CSV in the validation format") from None
+    except IsADirectoryError:
+        raise UserError("MEASUREMENTS", f"{p} is a directory", "give one CSV file") from None
+
+
 def _fmt(v: Any, nd: int = 1) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
 
 
 def _run(args: argparse.Namespace) -> int:
     from simcore.perf.profile import CalibrationProfile
-    from simcore.perf.validation import read_rows, validate
+    from simcore.perf.validation import validate
 
     rows = read_rows(args.measurements)
     profile = CalibrationProfile.load(args.profile) if args.profile else None

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import simpy
 
-from simcore.events import (Event, ForwardPass, RequestArrived, RequestFinished, RequestFirstToken,
-                            ServerConfig)
+from simcore.events import (Event, ForwardPass, MetricsSnapshot, RequestArrived, RequestFinished,
+                            RequestFirstToken, ServerConfig)
 from simcore.perf.base import BatchShape, LatencyModel, StepTime
 from simcore.request import RequestSpec
 from simcore.results import RequestRecord, StepRecord
@@ -33,6 +33,8 @@ DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default
 MAX_NEW_TOKENS = 2048  # what the emulated clients ask for (the real length comes from the trace)
 TRACES = ("mooncake", "azure_code", "azure_conv")
 MAX_GAP_S = 10.0
+SCRAPE_EVERY_S = 1.0
+DRAIN_S = 30.0  # scrapes continue this long after the last arrival, while the server drains
 
 
 @dataclass(frozen=True)
@@ -218,7 +220,28 @@ def emulate(inst: EmulatedInstance, latency: LatencyModel, settings: Any, t0_ts:
                 block_size_tokens=inst.key_unit if x.block_hashes else None, max_new_tokens=MAX_NEW_TOKENS)))
             server.submit(sp)
 
+    last_step: list[StepRecord | None] = [None]
+    _obs = on_step
+
+    def on_step_scraped(s: StepRecord) -> None:
+        last_step[0] = s
+        _obs(s)
+
+    server.observer = on_step_scraped
+
+    def scrapes() -> Any:
+        # A Prometheus scrape of the server's /metrics every SCRAPE_EVERY_S, as a deployment's shipper does. Besides
+        # the gauges, these keep event time moving while the server is idle (no batch lines then).
+        while env.now < duration_s + DRAIN_S:
+            yield env.timeout(SCRAPE_EVERY_S)
+            s = last_step[0]
+            ts = t0_ts + float(env.now)
+            out.append((ts, MetricsSnapshot(
+                instance_id=iid, ts=ts, model=inst.model, running_reqs=float(server.num_running),
+                queue_reqs=float(server.num_waiting), token_usage=(s.kv_used / s.kv_capacity) if s else 0.0)))
+
     env.process(arrivals())
+    env.process(scrapes())
     env.run()
     # Stable sort: same-time events keep their emission order (arrival before its own first token, etc.).
     out.sort(key=lambda p: p[0])

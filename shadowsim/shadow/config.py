@@ -99,6 +99,8 @@ class KafkaConfig(_Frozen):
     topic: str = "sglang.events"
     dead_letter_topic: str = "sglang.events.dlq"
     group: str = "shadowsim"
+    session_timeout_ms: int = Field(10_000, ge=500, description="a member silent this long leaves the group; its "
+                                    "partitions move (a restarted process waits this long for them)")
 
 
 class ShadowConfig(_Frozen):

@@ -24,7 +24,8 @@ class ShadowRuntime:
                  clock: Callable[[], float] = time.time, serve_metrics: bool = True) -> None:
         self.cfg = cfg
         k = cfg.kafka
-        make_source = make_source or kafka_source_factory(k.bootstrap_servers, k.topic, k.group, k.dead_letter_topic)
+        make_source = make_source or kafka_source_factory(k.bootstrap_servers, k.topic, k.group, k.dead_letter_topic,
+                                                          session_timeout_ms=k.session_timeout_ms)
         sink = PredictionSink(cfg.predictions_path) if cfg.predictions_path is not None else None
         self.service = ShadowService(cfg, make_source, engine_factory, clock=clock, sink=sink)
         self.registry = make_registry(self.view)

@@ -129,6 +129,19 @@ class InstanceTwin:
         """Event time up to which the free-running twin has simulated."""
         return self.engine.now_ts if self.engine is not None else None
 
+    def has_pending_work(self) -> bool:
+        """Requests waiting for their length, or submitted to the simulator and not yet predicted."""
+        return any(not p.submitted or rid not in self.predicted for rid, p in self.pending.items())
+
+    def shadow_lag_s(self, now_wall: float) -> float | None:
+        """Wall time minus the event time simulated. An instance that has simulated everything it was given is
+        idle, not behind: its lag stays what it was when its last event was applied."""
+        sim = self.simulated_ts
+        if sim is None or self.last_event_wall_ts is None:
+            return None
+        ref = now_wall if self.has_pending_work() else self.last_event_wall_ts
+        return max(0.0, ref - sim)
+
     def mape(self, mode: str) -> dict[str, float]:
         return {m: self.windows[(m, mode)].mape() for m in METRICS}
 

@@ -100,7 +100,7 @@ def build_view(service: ShadowService) -> ShadowView:
                 events_processed=t.stats.events_processed,
                 events_late=t.stats.events_late,
                 requests_estimated=t.stats.requests_estimated,
-                shadow_lag_s=(now - sim_ts) if sim_ts is not None else None,
+                shadow_lag_s=t.shadow_lag_s(now),
                 last_event_wall_ts=t.last_event_wall_ts,
                 simulated_ts=sim_ts,
                 alerts=list(t.alerts),

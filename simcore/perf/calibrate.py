@@ -78,6 +78,13 @@ def measure_efficiencies(gpu: GpuSpec) -> dict[str, float]:
     if q is not None:
         small = (q["kv_dtype"] == 0) & (q["batch"] <= 4) & (q["step"] <= 63)
         out["attn_floor_s"] = float(np.median(q["latency_ms"][small])) * 1e-3
+    mo = _load_npz(gpu.name, "moe")
+    if mo is not None:
+        sel = (mo["dtype"] == 0) & (mo["ep"] == 1) & (mo["tokens"] >= 4096) & (mo["power_law"] == 0)
+        tok, hid, inter, k, tp = (mo[x][sel].astype(float) for x in ("tokens", "hidden", "inter", "topk", "tp"))
+        flops = 2.0 * 3.0 * tok * k * hid * inter / tp
+        if sel.any():
+            out["moe_compute_eff"] = float(np.median(flops / (mo["latency_ms"][sel] * 1e-3 * gpu.flops("bf16"))))
     a = _load_npz(gpu.name, "allreduce")
     if a is not None:
         big = (a["graph"] == 1) & (a["message_elements"] >= 2**25)

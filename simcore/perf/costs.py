@@ -25,6 +25,7 @@ DEFAULT_ROOFLINE: dict[str, float] = {
     "gemm_floor_s": 6e-6,  # smallest GEMM call (launch + tail)
     "attn_compute_eff": 0.45,  # flash-attention prefill, fraction of peak
     "attn_floor_s": 1.1e-5,
+    "moe_compute_eff": 0.35,  # fused-MoE grouped GEMMs at large token counts, fraction of peak
     "comm_eff": 0.60,  # fraction of NVLink bandwidth reached by all-reduce
     "comm_floor_s": 8e-6,
     "kernel_floor_s": 2.5e-6,  # one small elementwise kernel
@@ -86,6 +87,22 @@ class RooflineCosts:
                 byts / (self.gpu.hbm_bytes_per_s * self.p("mem_eff")))
         return t + self.p("attn_floor_s")
 
+    def mla_context_s(self, batch: int, length: float, q_heads: int, kv_dim: int, v_dim: int, kv_bytes: float,
+                      q_tokens: float, pairs: float, kv_tokens: float) -> float:
+        return self.mla_attention_s(q_tokens, pairs, kv_tokens, q_heads, kv_dim, v_dim, kv_bytes)
+
+    def mla_generation_s(self, batch: int, kv_len: float, q_heads: int, kv_dim: int, v_dim: int,
+                         kv_bytes: float) -> float:
+        return self.mla_attention_s(batch, batch * kv_len, batch * kv_len, q_heads, kv_dim, v_dim, kv_bytes)
+
+    def mla_absorb_s(self, tokens: float, q_heads: int, kv_dim: int) -> float:
+        """Weight-absorbed decode: per-head bmm of q_nope with W_UK and of the output with W_UV (bf16)."""
+        flops = 2.0 * 2.0 * tokens * q_heads * 128 * kv_dim
+        byts = 2.0 * q_heads * 128 * kv_dim * 2.0
+        t = max(flops / (self.gpu.flops("bf16") * self.p("gemm_compute_eff")),
+                byts / (self.gpu.hbm_bytes_per_s * self.p("mem_eff")))
+        return t + 2 * self.p("gemm_floor_s")
+
     def allreduce_s(self, message_bytes: float, num_gpus: int, graph: bool) -> float:
         if num_gpus <= 1:
             return 0.0
@@ -94,12 +111,15 @@ class RooflineCosts:
 
     def moe_s(self, tokens: float, hidden: int, inter: int, top_k: int, experts: int, dtype: str,
               tp: int = 1) -> float:
-        """Fused MoE on one rank (experts TP-sharded): expert weights touched + routed FLOPs."""
-        active = min(experts, tokens * top_k)
+        """Fused MoE on one rank (experts TP-sharded): expert weights touched + routed FLOPs.
+
+        Experts touched: the expected number of distinct experts hit by ``tokens`` tokens choosing ``top_k``
+        each uniformly, E·(1 − (1 − k/E)^tokens)."""
+        active = experts * (1.0 - (1.0 - top_k / experts) ** tokens) if experts else 0.0
         byts = active * 3.0 * hidden * inter * _DT_BYTES.get(dtype, 2.0) + tokens * top_k * (hidden * 4.0)
         flops = 2.0 * 3.0 * tokens * top_k * hidden * inter
         peak = self.gpu.flops("fp8" if dtype in ("fp8", "fp8_block") else "bf16")
-        t = max(flops / (peak * self.p("gemm_compute_eff")), byts / (self.gpu.hbm_bytes_per_s * self.p("mem_eff")))
+        t = max(flops / (peak * self.p("moe_compute_eff")), byts / (self.gpu.hbm_bytes_per_s * self.p("mem_eff")))
         return t + 4 * self.p("kernel_floor_s")  # routing, two grouped GEMMs, combine
 
     def elementwise_s(self, byts: float, kernels: int) -> float:
@@ -115,6 +135,8 @@ class TableCosts:
     _gemm: dict[tuple[int, int, str], Curve] = field(default_factory=dict)
     _ctx: dict[tuple[int, int, int, str], Curve | None] = field(default_factory=dict)
     _gen: dict[tuple[int, int, int, str], Curve | None] = field(default_factory=dict)
+    _mctx: dict[tuple[int, int, int, str], Curve | None] = field(default_factory=dict)
+    _mgen: dict[tuple[int, int, int, str], Curve | None] = field(default_factory=dict)
 
     def gemm_curve(self, n: int, k: int, dtype: str) -> Curve:
         key = (n, k, dtype)
@@ -153,8 +175,21 @@ class TableCosts:
             return self.roof.generation_attention_s(batch, kv_len, q_heads, kv_heads, head_dim, kv_bytes)
         return c(kv_len) * 1e-3
 
-    def mla_attention_s(self, *args: float) -> float:
-        return self.roof.mla_attention_s(*args)  # type: ignore[arg-type]
+    def mla_context_s(self, batch: int, length: float, q_heads: int, kv_dim: int, v_dim: int, kv_bytes: float,
+                      q_tokens: float, pairs: float, kv_tokens: float) -> float:
+        kv_dtype = "fp8" if kv_bytes == 1 else "bf16"
+        c = self._attn_curve(self._mctx, self.tables.context_mla, batch, q_heads, 1, kv_dtype, 128)
+        if c is None:
+            return self.roof.mla_context_s(batch, length, q_heads, kv_dim, v_dim, kv_bytes, q_tokens, pairs, kv_tokens)
+        return c(length) * 1e-3
+
+    def mla_generation_s(self, batch: int, kv_len: float, q_heads: int, kv_dim: int, v_dim: int,
+                         kv_bytes: float) -> float:
+        kv_dtype = "fp8" if kv_bytes == 1 else "bf16"
+        c = self._attn_curve(self._mgen, self.tables.generation_mla, batch, q_heads, 1, kv_dtype, 128)
+        if c is None:
+            return self.roof.mla_generation_s(batch, kv_len, q_heads, kv_dim, v_dim, kv_bytes)
+        return c(kv_len) * 1e-3 + self.roof.mla_absorb_s(batch, q_heads, kv_dim)
 
     def allreduce_s(self, message_bytes: float, num_gpus: int, graph: bool) -> float:
         if num_gpus <= 1:

@@ -14,6 +14,7 @@ repeated shape costs one dict lookup.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 
 from simcore.models.spec import ModelSpec
@@ -42,7 +43,11 @@ class StepLatencyModel:
         self.backend = backend
         gpu_name = costs.roof.gpu.name if isinstance(costs, TableCosts) else costs.gpu.name
         self.name = f"{backend}:{gpu_name}:tp{tp}:{precision}"
-        self.profile_hash = profile.profile_hash
+        # The exported hash covers everything behind a prediction: the profile's factors and, for the table
+        # backend, the measured tables' bytes.
+        digest = costs.tables.digest if isinstance(costs, TableCosts) else ""
+        self.profile_hash = (profile.profile_hash if not digest else
+                             hashlib.sha256(f"{profile.profile_hash}:{digest}".encode()).hexdigest()[:12])
         s = profile.op_scale
         self._k_gemm = s.get("gemm", 1.0)
         self._k_ctx = s.get("context_attention", 1.0)
@@ -101,23 +106,22 @@ class StepLatencyModel:
         is quadratic in length, so RMS preserves the batch's total work)."""
         sh = self.shapes
         n = len(extend)
-        if sh.is_mla:
-            pairs = sum(e * (p + e / 2.0) for e, p in zip(extend, prefix or (0,) * n))
-            kv = sum(e + p for e, p in zip(extend, prefix or (0,) * n))
-            return self.costs.mla_attention_s(sum(extend), pairs, kv, sh.q_heads, sh.mla_kv_dim, sh.mla_v_dim,
-                                              self.kv_bytes)
         if prefix and any(prefix):
             sq = sum(e * (e + 2.0 * p) for e, p in zip(extend, prefix))
         else:
             sq = sum(e * e for e in extend)
         s_rms = math.sqrt(sq / n)
+        if sh.is_mla:
+            kv = sum(extend) + sum(prefix)
+            return self.costs.mla_context_s(n, s_rms, sh.q_heads, sh.mla_kv_dim, sh.mla_v_dim, self.kv_bytes,
+                                            sum(extend), sq / 2.0, kv)
         return self.costs.context_attention_s(n, s_rms, sh.q_heads, sh.kv_heads, sh.head_dim, self.kv_bytes)
 
     def _generation_attention(self, batch: int, sum_kv: int) -> float:
         sh = self.shapes
         if sh.is_mla:
-            return self.costs.mla_attention_s(batch, sum_kv, sum_kv, sh.q_heads, sh.mla_kv_dim, sh.mla_v_dim,
-                                              self.kv_bytes)
+            return self.costs.mla_generation_s(batch, max(1.0, sum_kv / batch), sh.q_heads, sh.mla_kv_dim,
+                                               sh.mla_v_dim, self.kv_bytes)
         # Padded CUDA-graph rows attend over (almost) nothing: the kernel sees `batch` rows and Σkv tokens.
         return self.costs.generation_attention_s(batch, max(1.0, sum_kv / batch), sh.q_heads, sh.kv_heads,
                                                  sh.head_dim, self.kv_bytes)

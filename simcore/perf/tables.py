@@ -7,7 +7,8 @@ Each table is one GPU's measurements of one op class, latency in **milliseconds 
 - ``generation_attention``: (kv dtype, batch, kv length = isl + step, q heads, kv heads), one query token;
 - ``allreduce``: SGLang custom all-reduce, (CUDA graph or eager, GPUs, message size in bf16 *elements*:
   the collector allocates a [size/4096, 4096] bf16 tensor);
-- ``moe``: fused MoE (dtype, routing distribution, tokens, hidden, expert inter size, top-k, experts, tp, ep).
+- ``moe``: fused MoE (dtype, routing distribution, tokens, hidden, expert inter size, top-k, experts, tp, ep);
+- ``context_mla`` / ``generation_mla``: DeepSeek MLA attention (kv dtype, batch, length, q heads per rank).
 
 The files are .npz column stores written from aiconfigurator's parquet files (see data/README.md). Tables
 are loaded lazily, once per process per GPU. Lookups that the hot path needs are reduced to 1-D `Curve`s
@@ -15,6 +16,7 @@ for one op shape (the model's n and k are fixed, only the token count varies).
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -47,6 +49,20 @@ def _select(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarr
     return {k: v[mask] for k, v in cols.items()}
 
 
+def _median3_along_first_axis(logv: np.ndarray) -> np.ndarray:
+    """Running median of three neighbouring token counts (log latency), ends and holes untouched.
+
+    Neighbouring GEMM measurements differ by 3–6% run to run (one collection can show m = 1024 and 1025
+    20% apart); a median of three removes such isolated outliers while keeping steps that persist over two
+    or more grid points (tile-count boundaries). It lowers the held-out error (docs/accuracy.md §2)."""
+    out = logv.copy()
+    for i in range(1, logv.shape[0] - 1):
+        win = np.stack([logv[i - 1], logv[i], logv[i + 1]])
+        valid = ~np.isnan(win).any(axis=0)
+        out[i] = np.where(valid, np.median(win, axis=0), logv[i])
+    return out
+
+
 @dataclass
 class GemmTable:
     """GEMM latency for one dtype over a (m, n, k) grid."""
@@ -55,8 +71,11 @@ class GemmTable:
     _curves: dict[tuple[int, int], Curve] = field(default_factory=dict)
 
     @classmethod
-    def from_columns(cls, cols: dict[str, np.ndarray]) -> GemmTable:
-        return cls(LogGrid.from_points([cols["m"], cols["n"], cols["k"]], cols["latency_ms"]))
+    def from_columns(cls, cols: dict[str, np.ndarray], smooth: bool = True) -> GemmTable:
+        grid = LogGrid.from_points([cols["m"], cols["n"], cols["k"]], cols["latency_ms"])
+        if smooth:
+            grid.logv = _median3_along_first_axis(grid.logv)
+        return cls(grid)
 
     def curve(self, n: int, k: int) -> Curve:
         """Latency (ms) as a function of m for the fixed weight shape (n, k)."""
@@ -175,7 +194,9 @@ class MoeTable:
 
 @dataclass
 class GpuTables:
-    """All measured tables of one GPU; any member may be None when not measured."""
+    """All measured tables of one GPU; any member may be None when not measured.
+
+    ``digest``: SHA-256 (12 hex digits) over the table files' bytes, part of the latency model's hash."""
 
     gpu: str
     gemm: dict[str, GemmTable]
@@ -183,6 +204,9 @@ class GpuTables:
     generation_attention: dict[str, AttentionTable]
     allreduce: AllReduceTable | None
     moe: MoeTable | None
+    context_mla: dict[str, AttentionTable] = field(default_factory=dict)
+    generation_mla: dict[str, AttentionTable] = field(default_factory=dict)
+    digest: str = ""
 
 
 def build_tables(gpu: str, drop: dict[str, Any] | None = None) -> GpuTables | None:
@@ -211,10 +235,31 @@ def build_tables(gpu: str, drop: dict[str, Any] | None = None) -> GpuTables | No
         for d in np.unique(q["kv_dtype"]):
             s = _select(q, q["kv_dtype"] == d)
             gen[codes[int(d)]] = AttentionTable.from_columns(s, s["isl"] + s["step"])
+    mla: dict[str, dict[str, AttentionTable]] = {"context": {}, "generation": {}}
+    for kind in mla:
+        t = _load_npz(gpu, f"{kind}_mla")
+        if t is None:
+            continue
+        t["kv_heads"] = np.ones_like(t["heads"])  # one latent KV "head" shared by all query heads
+        for d in np.unique(t["kv_dtype"]):
+            s = _select(t, t["kv_dtype"] == d)
+            mla[kind][codes[int(d)]] = AttentionTable.from_columns(s, s["isl"] + s["step"])
     a = _load_npz(gpu, "allreduce")
     mo = _load_npz(gpu, "moe")
     return GpuTables(gpu, gemm, ctx, gen, AllReduceTable.from_columns(a) if a is not None else None,
-                     MoeTable(mo) if mo is not None else None)
+                     MoeTable(mo) if mo is not None else None, mla["context"], mla["generation"],
+                     tables_digest(gpu))
+
+
+def tables_digest(gpu: str) -> str:
+    """Content hash of a GPU's vendored table files (name and bytes, in name order)."""
+    h = hashlib.sha256()
+    root = resources.files("simcore.perf").joinpath(f"data/tables/{gpu}")
+    for f in sorted(root.iterdir(), key=lambda p: p.name):
+        if f.name.endswith(".npz"):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:12]
 
 
 @lru_cache(maxsize=8)

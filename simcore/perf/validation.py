@@ -16,11 +16,9 @@ Benchmark protocol (bench_serving, random dataset; see docs/accuracy.md):
 """
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -65,37 +63,30 @@ def _num(v: str | None, kind: type, field_name: str, rid: str) -> Any:
         raise UserError(field_name, f"row {rid}: {v!r} is not a number") from None
 
 
-def read_rows(path: str | Path) -> list[Row]:
-    """Parse a measurement CSV. Missing required columns raise UserError naming them."""
-    p = Path(path)
-    try:
-        fh = p.open(newline="")
-    except FileNotFoundError:
-        raise UserError("MEASUREMENTS", f"no such file: {p}", "give a CSV in the validation format") from None
-    with fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in ("id", "model", "gpu", "tp", "isl", "osl") if c not in (reader.fieldnames or [])]
-        if missing:
-            raise UserError("MEASUREMENTS", f"{p} lacks column(s) {', '.join(missing)}",
-                            f"expected columns: {', '.join(COLUMNS)}")
-        rows = []
-        for i, r in enumerate(reader):
-            rid = (r.get("id") or "").strip() or f"row{i + 1}"
-            rate = (r.get("request_rate") or "").strip()
-            rows.append(Row(
-                id=rid, model=(r.get("model") or "").strip(), gpu=(r.get("gpu") or "").strip(),
-                precision=(r.get("precision") or "").strip() or None,
-                tp=_num(r.get("tp"), int, "tp", rid) or 1, ep=_num(r.get("ep"), int, "ep", rid) or 1,
-                dp_attention=_num(r.get("dp_attention"), int, "dp_attention", rid) or 1,
-                isl=_num(r.get("isl"), int, "isl", rid), osl=_num(r.get("osl"), int, "osl", rid),
-                concurrency=_num(r.get("concurrency"), int, "concurrency", rid),
-                request_rate=None if rate.lower() in ("", "inf") else _num(rate, float, "request_rate", rid),
-                num_requests=_num(r.get("num_requests"), int, "num_requests", rid),
-                sglang_version=(r.get("sglang_version") or "").strip() or "0.5.9",
-                measured={m: _num(r.get(f"measured_{m}_{u}"), float, f"measured_{m}_{u}", rid)
-                          for m, u in (("ttft", "ms"), ("tpot", "ms"), ("throughput", "rps"))},
-                max_total_tokens=_num(r.get("max_total_tokens"), int, "max_total_tokens", rid),
-            ))
+def rows_from_records(records: Iterable[dict[str, str]], fieldnames: Sequence[str], source: str = "input") -> list[Row]:
+    """Parse measurement records (``csv.DictReader`` rows). Missing required columns raise UserError."""
+    missing = [c for c in ("id", "model", "gpu", "tp", "isl", "osl") if c not in fieldnames]
+    if missing:
+        raise UserError("MEASUREMENTS", f"{source} lacks column(s) {', '.join(missing)}",
+                        f"expected columns: {', '.join(COLUMNS)}")
+    rows = []
+    for i, r in enumerate(records):
+        rid = (r.get("id") or "").strip() or f"row{i + 1}"
+        rate = (r.get("request_rate") or "").strip()
+        rows.append(Row(
+            id=rid, model=(r.get("model") or "").strip(), gpu=(r.get("gpu") or "").strip(),
+            precision=(r.get("precision") or "").strip() or None,
+            tp=_num(r.get("tp"), int, "tp", rid) or 1, ep=_num(r.get("ep"), int, "ep", rid) or 1,
+            dp_attention=_num(r.get("dp_attention"), int, "dp_attention", rid) or 1,
+            isl=_num(r.get("isl"), int, "isl", rid), osl=_num(r.get("osl"), int, "osl", rid),
+            concurrency=_num(r.get("concurrency"), int, "concurrency", rid),
+            request_rate=None if rate.lower() in ("", "inf") else _num(rate, float, "request_rate", rid),
+            num_requests=_num(r.get("num_requests"), int, "num_requests", rid),
+            sglang_version=(r.get("sglang_version") or "").strip() or "0.5.9",
+            measured={m: _num(r.get(f"measured_{m}_{u}"), float, f"measured_{m}_{u}", rid)
+                      for m, u in (("ttft", "ms"), ("tpot", "ms"), ("throughput", "rps"))},
+            max_total_tokens=_num(r.get("max_total_tokens"), int, "max_total_tokens", rid),
+        ))
     return rows
 
 

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-import _prom
+from tests.deploy import _prom
 
 DASHBOARDS = _prom.load_dashboards()
 

@@ -1,31 +1,35 @@
 """Dashboards and rules, checked against a real Prometheus scraping a running shadow.
 
-Setup (once per module, about a minute):
+Setup (once per module, 15-20 s here):
   * `shadowsim demo --no-ui --duration 75 --metrics-port P` runs in a subprocess: the embedded broker,
     emulated SGLang instances and the live shadow, serving /metrics on P;
   * a loopback HTTP server plays an SGLang server's /metrics with a real SGLang 0.4.3 sample
-    (shared/data/sglang_logs), so panels that put SGLang's own series next to the shadow's have data;
+    (shared/data/sglang_logs) whose counters grow over time, so panels that put SGLang's own series next
+    to the shadow's have data;
   * a real `prometheus` (Debian package) runs with deploy/prometheus/prometheus.yml, changed only in what
     a test needs: 1 s scrape and rule evaluation, loopback targets, rule files by absolute path, no
     Alertmanager. Scrape options (honor_labels, target labels) are kept, so they are tested too.
-The test waits until every contract metric of docs/metrics.md has been scraped, then:
-  * evaluates every panel query and every variable query of every dashboard (variables -> `.*`,
-    `$__rate_interval` -> 30s): each must be valid PromQL and return at least one series;
-  * evaluates every recording rule: valid and non-empty;
-  * evaluates every alert rule: valid. An alert's full expression is rightly empty in a healthy demo
+The setup waits until every contract metric of docs/metrics.md has been scraped and then, up to 30 s, until
+every query below has data; the demo is stopped when the module ends. Then the tests:
+  * evaluate every panel query and every variable query of every dashboard (variables -> `.*`,
+    `$__rate_interval` -> 30s): each must be valid PromQL and return at least one series with a finite
+    value (all-NaN draws nothing);
+  * evaluate every recording rule: valid, with a finite value;
+  * evaluate every alert rule: valid. An alert's full expression is rightly empty in a healthy demo
     (nothing is firing), so each alert also has probes below: its comparison turned into `bool` (which
     returns every compared series, 0 or 1, and so proves the vector matching of both sides works on real
     labels), or, for `unless`, its two operands. A probe must be the alert's text apart from `bool`.
-  * asserts that every shadowsim_*/sglang:* name used anywhere exists in the scrape, and that Prometheus
+  * assert that every shadowsim_*/sglang:* name used anywhere exists in the scrape, and that Prometheus
     itself evaluated every loaded rule without error.
-`SHADOWSIM_DASHBOARD_SOURCE=fake` swaps the demo for tests/deploy/_fake_exporter.py (development only).
 """
 from __future__ import annotations
 
 import copy
 import functools
 import http.server
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,8 +41,8 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-import _prom
-from _prom import METRIC_RE, Prometheus
+from tests.deploy import _prom
+from tests.deploy._prom import METRIC_RE, Prometheus
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 
@@ -85,27 +89,55 @@ def _series(prom: Prometheus, expr: str) -> list[Any]:
     return result if isinstance(result, list) else [result]
 
 
+def _has_data(prom: Prometheus, expr: str) -> bool:
+    """At least one series with a finite value: a panel of only NaN (0/0, a quantile of no
+    observations) draws nothing, so it counts as empty."""
+    return any(math.isfinite(float(s["value"][1])) for s in _series(prom, expr))
+
+
+def _growing(sample: str, factor: float) -> bytes:
+    """The SGLang sample with every counter and histogram value multiplied by ``factor``.
+
+    A static sample would make every rate() zero and every SGLang percentile NaN; scaling cumulative values by
+    a growing factor keeps buckets cumulative and the real distribution's shape, and gives non-zero rates.
+    """
+    out = []
+    for line in sample.splitlines():
+        name = re.match(r"[a-zA-Z_:][a-zA-Z0-9_:]*", line)
+        if name and name[0].endswith(("_bucket", "_count", "_sum", "_total")):
+            head, value = line.rsplit(" ", 1)
+            line = f"{head} {float(value) * factor!r}"
+        out.append(line)
+    return ("\n".join(out) + "\n").encode()
+
+
+def _queries_without_data(prom: Prometheus) -> list[str]:
+    """Panel targets, recording rules and alert probes that have no finite value yet (alerts themselves are
+    rightly empty while nothing fires, so they are not waited for)."""
+    exprs = [t["expr"] for d in _prom.load_dashboards().values() for p in _prom.panels(d) for t in p["targets"]]
+    exprs += [r["expr"] for r in _prom.load_rules() if "record" in r]
+    exprs += [p for probes in ALERT_PROBES.values() for p in probes]
+    return [e for e in exprs if not _has_data(prom, _substitute(e))]
+
+
 class _SglangMetrics(http.server.BaseHTTPRequestHandler):
-    body = b""
+    sample = ""
+    started = 0.0
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        body = _growing(self.sample, 1.0 + (time.monotonic() - self.started) / 60.0)
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.end_headers()
-        self.wfile.write(self.body)
+        self.wfile.write(body)
 
     def log_message(self, *args: Any) -> None:
         pass
 
 
 def _start_source(port: int, log: Path) -> subprocess.Popen[bytes]:
-    if os.environ.get("SHADOWSIM_DASHBOARD_SOURCE") == "fake":
-        cmd = [sys.executable, str(Path(__file__).with_name("_fake_exporter.py")), str(port), str(DEMO_DURATION_S)]
-    else:
-        if not (_prom.REPO / "shadowsim" / "commands" / "demo.py").exists():
-            pytest.fail("shadowsim/commands/demo.py does not exist yet: the dashboard test needs the real demo")
-        cmd = [sys.executable, "-m", "shadowsim", "demo", "--no-ui", "--duration", str(DEMO_DURATION_S),
-               "--metrics-port", str(port)]
+    cmd = [sys.executable, "-m", "shadowsim", "demo", "--no-ui", "--duration", str(DEMO_DURATION_S),
+           "--metrics-port", str(port)]
     # Own process group: the demo starts a broker and emulators, and teardown must end all of them.
     # cwd = the test's temp dir: the demo writes its snapshots and broker data relative to it.
     return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=log.parent,
@@ -113,14 +145,19 @@ def _start_source(port: int, log: Path) -> subprocess.Popen[bytes]:
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    except ProcessLookupError:
-        pass
+    """SIGINT first: Python turns it into KeyboardInterrupt, so the demo's cleanup runs and stops its broker
+    (which lives in a session of its own); SIGTERM, then SIGKILL, only if it hangs."""
+    for sig, wait_s in ((signal.SIGINT, 20), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _test_config(metrics_port: int, sglang_port: int) -> dict[str, Any]:
@@ -142,7 +179,8 @@ def _test_config(metrics_port: int, sglang_port: int) -> dict[str, Any]:
 def live(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[Prometheus]:
     _prom.require_binary("prometheus")
     work = tmp_path_factory.mktemp("live")
-    handler = type("H", (_SglangMetrics,), {"body": (shared_dir / "data" / SGLANG_SAMPLE).read_bytes()})
+    handler = type("H", (_SglangMetrics,), {"sample": (shared_dir / "data" / SGLANG_SAMPLE).read_text(),
+                                            "started": time.monotonic()})
     sglang = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=sglang.serve_forever, daemon=True).start()
     metrics_port = _prom.free_port()
@@ -163,7 +201,12 @@ def live(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator
             time.sleep(1)
         if missing:
             pytest.fail(f"never scraped: {sorted(missing)}\nsource log:\n{(work / 'source.log').read_text()[-3000:]}")
-        time.sleep(6)  # a few more scrapes, so rate() windows hold two samples and recording rules have run
+        # Then wait for data behind every query (rate() needs two samples in its window, recording rules a
+        # few evaluations), up to 30 s; the tests report whatever is still empty after that.
+        deadline = time.monotonic() + 30
+        time.sleep(3)
+        while time.monotonic() < deadline and _queries_without_data(prom):
+            time.sleep(1)
         yield prom
     finally:
         prom.stop()
@@ -211,7 +254,7 @@ def test_every_dashboard_panel_and_variable_returns_series(live: Prometheus) -> 
         for panel in _prom.panels(dash):
             assert panel["targets"], f"{name}: panel {panel['title']!r} has no query"
             for target in panel["targets"]:
-                if not _series(live, _substitute(target["expr"])):
+                if not _has_data(live, _substitute(target["expr"])):
                     empty.append(f"{name}: {panel['title']} [{target['refId']}] {target['expr']}")
                 checked += 1
         for var in dash["templating"]["list"]:
@@ -232,7 +275,7 @@ def test_every_dashboard_panel_and_variable_returns_series(live: Prometheus) -> 
 def test_every_recording_rule_returns_series(live: Prometheus) -> None:
     rules = [r for r in _prom.load_rules() if "record" in r]
     assert len(rules) >= 10
-    empty = [r["record"] for r in rules if not _series(live, r["expr"])]
+    empty = [r["record"] for r in rules if not _has_data(live, r["expr"])]
     assert empty == [], f"recording rules without data: {empty}"
     # Prometheus itself has evaluated them: the recorded series exist.
     stored = [r["record"] for r in rules if not _series(live, r["record"])]
@@ -248,7 +291,7 @@ def test_every_alert_is_valid_and_its_probes_return_series(live: Prometheus) -> 
         flat = " ".join(expr.split())
         for probe in ALERT_PROBES[name]:
             assert probe.replace(" bool", "") in flat, f"{name}: probe {probe!r} is not part of {flat!r}"
-            if not _series(live, probe):
+            if not _has_data(live, probe):
                 empty.append(f"{name}: {probe}")
     assert empty == [], "alert probes without data:\n" + "\n".join(empty)
 

@@ -25,7 +25,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-import _prom
+from tests.deploy import _prom
 
 DEPLOY = _prom.DEPLOY
 REPO = _prom.REPO
@@ -253,6 +253,7 @@ def test_dockerfile_is_slim_non_root_and_healthchecked() -> None:
     assert {".git", ".venv", "tests"} <= set(ignored)
 
 
+@pytest.mark.prometheus
 def test_alertmanager_config_is_valid(tmp_path: Path) -> None:
     amtool = _prom.require_binary("amtool")
     good = _run(amtool, "check-config", str(DEPLOY / "alertmanager" / "alertmanager.yml"))

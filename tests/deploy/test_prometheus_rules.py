@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-import _prom
+from tests.deploy import _prom
 
 pytestmark = pytest.mark.prometheus
 

@@ -19,7 +19,7 @@ def shadow_broker():  # type: ignore[no-untyped-def]
     """An embedded Tansu broker for the shadow's Kafka tests (one per session)."""
     from streams.broker import EmbeddedBroker
 
-    broker = EmbeddedBroker().start()
+    broker = EmbeddedBroker(die_with_parent=True).start()  # no orphan broker if pytest is killed
     try:
         yield broker
     finally:

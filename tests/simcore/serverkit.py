@@ -38,20 +38,24 @@ def req(rid: str, at: float, input_len: int, output_len: int, max_new: int | Non
 
 def run(reqs: Sequence[RequestSpec], *, cap: int = 100_000, lat: Any = LAT, fast: bool = True,
         check: bool = True, seed: int = 0, gpu_mem: int = 80 * GiB, server_kw: dict[str, Any] | None = None,
-        **settings: Any) -> Run:
+        observe: Any = None, **settings: Any) -> Run:
     """Simulate ``reqs`` (submitted at their arrival times); ``check`` recounts all state after every step."""
     s = resolve(ServerSettings(**settings), gpu_mem)
     env = simpy.Environment()
     out = Run(None)  # type: ignore[arg-type]
 
+    extra = observe
+
     def observe(step: StepRecord) -> None:
         out.steps.append(step)
+        if extra is not None:
+            extra(step, out.server)
         if check:
             out.server.check_invariants()
             assert step.kv_used <= step.kv_capacity
 
-    out.server = Server(env, s, cap, lat, rng=np.random.default_rng(seed), observer=observe, fast=fast,
-                        **(server_kw or {}))
+    kw = {k: v for k, v in (server_kw or {}).items() if k != "observer"}
+    out.server = Server(env, s, cap, lat, rng=np.random.default_rng(seed), observer=observe, fast=fast, **kw)
 
     def feed():  # type: ignore[no-untyped-def]
         for r in sorted(reqs, key=lambda q: q.arrival_s):

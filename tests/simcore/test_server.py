@@ -257,3 +257,52 @@ def test_tokenize_and_detokenize_delays() -> None:
                server_kw={"tokenize_s": 0.005, "detokenize_s": 0.001}).records["a"]
     assert slow.first_token_s == pytest.approx(base.first_token_s + 0.006)
     assert slow.finish_s == pytest.approx(base.finish_s + 0.006)
+
+
+def test_disabled_radix_cache_shares_nothing() -> None:
+    key = list(range(100))
+    res = run([req("a", 0.0, 100, 2, key=key), req("b", 1.0, 100, 2, key=key)], disable_radix_cache=True,
+              schedule_policy="lpm")
+    assert res.records["b"].cached_tokens == 0
+    assert res.steps[-2].shape.extend_lens == (100,)  # b recomputes its whole prompt
+
+
+def test_only_one_chunked_request_at_a_time() -> None:
+    res = run([req("a", 0.0, 6000, 2), req("b", 0.0, 6000, 2)], chunked_prefill_size=4096)
+    shapes = [s.shape for s in res.steps if s.shape.extend_lens]
+    # a is chunked (4096, then 1904); b only joins with what is left of the second chunk's budget
+    assert [x.extend_lens for x in shapes[:2]] == [(4096,), (1904, 2192)]
+    assert [x.prefix_lens for x in shapes[:2]] == [(0,), (4096, 0)]
+    assert shapes[2].extend_lens == (3808,) and shapes[2].prefix_lens == (2192,)
+
+
+def test_abort_of_an_oversized_request_is_signalled_at_its_time() -> None:
+    fast = run([req("ok", 0.0, 100, 50), req("big", 0.0, 2000, 5)], cap=1000, fast=True)
+    slow = run([req("ok", 0.0, 100, 50), req("big", 0.0, 2000, 5)], cap=1000, fast=False)
+    assert fast.records["big"].aborted and fast.records == slow.records
+
+
+def test_snapshot_while_idle_and_with_future_submission() -> None:
+    s = resolve(ServerSettings(), 80 * 1024**3)
+    reqs = [req("a", 0.0, 100, 5), req("b", 5.0, 100, 5)]
+
+    def whole() -> list:
+        env = simpy.Environment()
+        srv = Server(env, s, 10_000, LAT)
+        for r in reqs:
+            srv.submit(r)  # b submitted ahead of its arrival
+        env.run()
+        return srv.records
+
+    env = simpy.Environment()
+    srv = Server(env, s, 10_000, LAT)
+    srv.submit(reqs[0])
+    env.run(until=2.0)
+    assert srv.idle
+    snap = json.loads(json.dumps(srv.snapshot()))
+    env2 = simpy.Environment(initial_time=2.0)
+    srv2 = Server.restore(env2, snap, s, LAT)
+    srv2.submit(reqs[1])
+    env2.run()
+    assert srv.records + srv2.records == whole()
+    assert srv2.records[0].first_token_s == pytest.approx(5.0 + 0.02)

@@ -14,7 +14,7 @@ _names = itertools.count()
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[EmbeddedBroker]:
     """A Tansu broker on a free loopback port, started once per test session and stopped at the end."""
-    broker = EmbeddedBroker().start()
+    broker = EmbeddedBroker(die_with_parent=True).start()
     try:
         yield broker
     finally:

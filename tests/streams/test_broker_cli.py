@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from kafka import KafkaAdminClient
@@ -33,7 +34,28 @@ def test_broker_command_runs_until_sigterm_and_stops_tansu() -> None:
             os.kill(ready["pid"], 0)  # Tansu went with it
     finally:
         if proc.poll() is None:
-            proc.kill()
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def test_sigkilled_broker_command_takes_tansu_with_it() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "shadowsim", "broker", "--port", "0", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    ready = json.loads(proc.stdout.readline())
+    proc.kill()
+    proc.wait()
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        try:
+            os.kill(ready["pid"], 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(ready["pid"], signal.SIGKILL)
+    raise AssertionError("Tansu outlived a SIGKILLed `shadowsim broker`")
 
 
 def test_bad_topic_spec_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:

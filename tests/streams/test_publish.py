@@ -140,3 +140,16 @@ def test_parse_event_round_trip_of_published_json(shared_dir: Path) -> None:
     prod = ListProducer()
     FilePublisher(prod).publish_file(shared_dir / "data" / LOG)
     assert [parse_event(event_to_json(e)) for e in prod.events] == prod.events
+
+
+@pytest.mark.kafka
+def test_cli_follow_ships_the_file_then_stops_when_idle(kafka_broker: EmbeddedBroker, unique_topic: str,
+                                                       tmp_path: Path, shared_dir: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "server.log"
+    log.write_bytes((shared_dir / "data" / LOG).read_bytes())
+    rc = main(["publish", str(log), "--follow", "--raw", "--instance-id", "n1", "--idle-timeout-s", "0.5",
+               "--bootstrap-servers", kafka_broker.bootstrap_servers, "--topic", unique_topic, "--json"])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["records"], summary["events"], summary["rotations"]) == (12, 0, 0)

@@ -45,6 +45,16 @@ def test_events_wait_for_the_watermark_then_come_out_in_event_time_order() -> No
     assert (buf.released, buf.late) == (4, 0)
 
 
+def test_pending_lists_buffered_events_in_push_order_for_snapshots() -> None:
+    clock = FakeClock()
+    buf: ReorderBuffer[Ev] = ReorderBuffer(allowed_lateness_s=10.0, clock=clock)
+    buf.push_many([Ev("b", 5.0, 1), Ev("a", 3.0, 2), Ev("b", 6.0, 3)])
+    assert [e.n for e in buf.pending()] == [1, 2, 3]
+    restored: ReorderBuffer[Ev] = ReorderBuffer(allowed_lateness_s=10.0, clock=clock)
+    restored.push_many(buf.pending())
+    assert restored.flush() == buf.flush()
+
+
 def test_wall_clock_drains_an_idle_stream() -> None:
     clock = FakeClock()
     buf: ReorderBuffer[Ev] = ReorderBuffer(allowed_lateness_s=5.0, clock=clock)

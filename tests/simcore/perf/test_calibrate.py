@@ -36,3 +36,19 @@ def test_fit_e2e_picks_the_grid_minimum() -> None:
     prof, report = fit_e2e(["r"], CalibrationProfile(), validate_fn=fake, grid=(0.0, 5e-6, 1e-5, 2e-5))
     assert prof.gpu_per_req_s == pytest.approx(1e-5)
     assert [r["gpu_per_req_s"] for r in report] == [0.0, 5e-6, 1e-5, 2e-5]
+
+
+def test_calibrate_cli_writes_a_loadable_profile(tmp_path, capsys) -> None:
+    from shadowsim.cli import main
+
+    out = tmp_path / "p.json"
+    assert main(["calibrate", "--neutral", "--from-tables", "h100", "--cpu-base-s", "0.002", "--name", "t",
+                 "--out", str(out), "--json"]) == 0
+    prof = CalibrationProfile.load(out)
+    assert prof.name == "t" and prof.cpu_base_s == 0.002 and prof.source == "tables:h100_sxm"
+    assert prof.roofline["gemm_compute_eff"] == pytest.approx(measure_efficiencies(load_gpu("h100"))["gemm_compute_eff"],
+                                                             rel=1e-3)
+    assert main(["calibrate"]) == 2
+    assert "nothing to fit" in capsys.readouterr().err
+    assert main(["calibrate", "--from-tables", "h20"]) == 2
+    assert "no measured tables for h20" in capsys.readouterr().err

@@ -35,8 +35,12 @@ def tp2() -> StepLatencyModel:
 def test_factory_implements_the_protocol_and_names_itself(tp2: StepLatencyModel) -> None:
     assert isinstance(tp2, LatencyModel)
     assert tp2.name == "table:h100_sxm:tp2:bf16"
-    assert tp2.profile_hash == NEUTRAL.profile_hash and len(tp2.profile_hash) == 12
-    assert build_latency_model(QWEN, load_gpu("h20"), 2, "bf16").name.startswith("roofline:h20")
+    # Table backend: the hash covers the profile and the measured tables; roofline: the profile alone.
+    assert tp2.profile_hash != NEUTRAL.profile_hash and len(tp2.profile_hash) == 12
+    assert build_latency_model(QWEN, H100, 4, "bf16", profile=NEUTRAL).profile_hash == tp2.profile_hash
+    assert build_latency_model(QWEN, load_gpu("h200"), 2, "bf16", profile=NEUTRAL).profile_hash != tp2.profile_hash
+    roof = build_latency_model(QWEN, load_gpu("h20"), 2, "bf16", profile=NEUTRAL)
+    assert roof.name.startswith("roofline:h20") and roof.profile_hash == NEUTRAL.profile_hash
     assert isinstance(build_latency_model(QWEN, H100, 2, "bf16", backend="linear"), LinearLatencyModel)
 
 
@@ -137,3 +141,17 @@ def test_bad_arguments_are_user_errors() -> None:
         build_latency_model(QWEN, H100, 2, "fp2")
     with pytest.raises(UserError, match="--tp"):
         build_latency_model(QWEN, H100, 0, "bf16")
+
+
+def test_mla_attention_uses_measured_tables_where_they_exist() -> None:
+    from simcore.perf.tables import load_tables
+
+    dsv3 = load_model("deepseek-ai/DeepSeek-V3")
+    t = load_tables("h200_sxm")
+    lm = build_latency_model(dsv3, load_gpu("h200"), 8, "fp8_block", profile=NEUTRAL)
+    c = lm.costs
+    measured = t.generation_mla["bf16"].latency_ms(64, 2000.0, 16, 1) * 1e-3  # 128 heads / TP8 = 16 per rank
+    assert c.mla_generation_s(64, 2000.0, 16, 576, 128, 2) == pytest.approx(measured + c.roof.mla_absorb_s(64, 16, 576))
+    # A100 has no MLA tables: the roofline answers, and still grows with the KV length.
+    a100 = build_latency_model(dsv3, load_gpu("a100"), 8, "fp8_block", profile=NEUTRAL).costs
+    assert 0 < a100.mla_generation_s(64, 1000.0, 16, 576, 128, 2) < a100.mla_generation_s(64, 8000.0, 16, 576, 128, 2)

@@ -63,8 +63,14 @@ def test_generation_attention_held_out_median_error_within_5pct(gpu: str) -> Non
     assert _median_ape(pred, q["latency_ms"][sel]) <= 5.0
 
 
-def test_tables_interpolate_to_the_measured_points_exactly() -> None:
+def test_tables_reproduce_the_measured_points() -> None:
     t = build_tables("h100_sxm")
+    c = _load_npz("h100_sxm", "context_attention")
+    i = int(np.flatnonzero((c["kv_dtype"] == 0) & (c["batch"] == 4) & (c["isl"] == 2048) & (c["heads"] == 32)
+                           & (c["kv_heads"] == 4))[0])
+    assert t.context_attention["bf16"].latency_ms(4, 2048, 32, 4) == pytest.approx(float(c["latency_ms"][i]), rel=1e-5)
+    # GEMMs are denoised by a running median of three token counts: measured points move by the noise only.
     g = _load_npz("h100_sxm", "gemm")
-    i = int(np.flatnonzero((g["dtype"] == 0) & (g["m"] == 4096) & (g["n"] == 5120) & (g["k"] == 5120))[0])
-    assert t.gemm["bf16"].latency_ms(4096, 5120, 5120) == pytest.approx(float(g["latency_ms"][i]), rel=1e-5)
+    sel = (g["dtype"] == 0) & (g["n"] == 5120) & (g["k"] == 5120)
+    for m, lat in zip(g["m"][sel], g["latency_ms"][sel]):
+        assert t.gemm["bf16"].latency_ms(int(m), 5120, 5120) == pytest.approx(float(lat), rel=0.25)

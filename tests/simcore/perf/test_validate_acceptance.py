@@ -5,7 +5,8 @@ that are not tuned per row or per model) must give TPOT MAPE ≤ 10% and TTFT MA
 """
 from __future__ import annotations
 
-from simcore.perf.validation import read_rows, validate
+from shadowsim.commands.validate import read_rows
+from simcore.perf.validation import validate
 
 
 def test_qwen3_32b_h100_file(shared_dir) -> None:

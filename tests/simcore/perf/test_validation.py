@@ -8,7 +8,8 @@ import pytest
 
 from shadowsim.cli import main
 from simcore.errors import UserError
-from simcore.perf.validation import RowResult, ape, error_summary, read_rows, simulate_row, validate
+from shadowsim.commands.validate import read_rows
+from simcore.perf.validation import RowResult, ape, error_summary, simulate_row, validate
 
 HEADER = ("id,model,gpu,precision,tp,ep,dp_attention,isl,osl,concurrency,request_rate,num_requests,"
           "sglang_version,measured_ttft_ms,measured_tpot_ms,measured_throughput_rps\n")

@@ -1,0 +1,103 @@
+"""Snapshot, restore and srv-check of :class:`simcore.server.Server` (split out to keep the loop readable).
+
+A snapshot is plain JSON-able domain state (STYLE §8: the domain, never the SimPy environment): the queues, every
+unfinished request with its lazy counters, the chunked request, ``new_token_ratio``, the ``batch_is_full`` latch,
+the batches in flight and due with their GPU end times, the KV cache (``KVCache.to_state``) and the RNG state.
+``restore`` rebuilds the objects and a fresh SimPy process that resumes at the snapshot's next iteration time.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import simpy
+
+from simcore.kv_cache import KVCache
+from simcore.perf.base import LatencyModel
+from simcore.server_state import batch_from_state, batch_to_state, req_from_state, req_to_state
+from simcore.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from simcore.server import Server
+
+
+def check_invariants(srv: "Server") -> None:
+    """Recount the incremental state from scratch (AssertionError on a mismatch). O(requests); for tests."""
+    kv = srv.kv
+    kv.check_invariants()
+    assert srv.sum_kv == sum(r.input_len + r.out_len for r in srv.R.values()), "sum_kv drifted"
+    brute = [0, 0]
+    for r in list(srv.R.values()) + list(srv.F.values()):
+        brute[r.res_group] += srv.res.left(r)
+    assert brute == srv.res.sums, (brute, srv.res.sums)
+    private = 0
+    for r in srv.reqs.values():
+        if r.node is None:
+            continue
+        held = srv._ceil(r.input_len + r.out_len - 1) if r.in_r else r.held
+        assert r.node.lock_ref > 0 or r.node is kv.root, f"{r.rid} holds an unlocked node"
+        assert held >= r.node.end, (r.rid, held, r.node.end)
+        private += held - r.node.end
+    assert private == kv.private, f"private KV {kv.private} != held by requests {private}"
+    for r in srv.R.values():
+        assert r.out_len < r.output_len, f"{r.rid} decodes past its output length"
+
+def snapshot(srv: "Server") -> dict[str, Any]:
+    """Pure, JSON-able domain state; :meth:`restore` continues exactly like an uninterrupted run."""
+    reqs = [req_to_state(r) for r in srv.reqs.values()]
+    return {
+        "version": 1,
+        "now": srv.env.now, "t": srv.t, "gpu_free": srv.gpu_free, "idle": srv.idle,
+        "G": srv.clk[0], "sum_kv": srv.sum_kv, "batch_is_full": srv.batch_is_full,
+        "ratio": srv.ratio.current, "seq": srv.seq, "bid": srv.bid, "steps": srv.steps,
+        "num_retractions": srv.num_retractions, "kv_peak_used": srv.kv_peak_used,
+        "last_decode_apply": srv.last_decode_apply,
+        "itl_vals": list(srv.itl_vals), "itl_w": list(srv.itl_w),
+        "reqs": reqs,
+        "pending": [[at, seq, r.rid] for at, seq, r in srv.pending],
+        "waiting": [r.rid for r in srv.waiting],
+        "R": list(srv.R), "F": list(srv.F), "zombies": [r.rid for r in srv.zombies],
+        "joined": [r.rid for r in srv.joined],
+        "chunked": srv.chunked.rid if srv.chunked else None,
+        "fin_heap": [list(e) for e in srv.fin_heap], "res": srv.res.to_state(),
+        "inflight": batch_to_state(srv.inflight), "due": batch_to_state(srv.due),
+        "kv": srv.kv.to_state(),
+        "rng": srv.rng.bit_generator.state,
+    }
+
+def restore(cls: type["Server"], env: simpy.Environment, snap: dict[str, Any], settings: ServerSettings,
+            latency: LatencyModel, **kw: Any) -> "Server":
+    """Rebuild a server (and its SimPy process) from :meth:`snapshot` in ``env`` (``env.now`` should equal
+    the snapshot's ``now``). Finish events are new: find them in ``server.events`` by rid."""
+    kvs = snap["kv"]
+    rng = np.random.default_rng()
+    rng.bit_generator.state = snap["rng"]
+    srv = cls(env, settings, kvs["capacity"], latency, key_unit=kvs["key_unit"], rng=rng, _start=False, **kw)
+    srv.kv = KVCache.from_state(kvs)
+    srv.clk[0] = snap["G"]
+    for d in snap["reqs"]:
+        r = req_from_state(d, srv.clk, srv.kv)
+        srv.reqs[r.rid] = r
+        srv.events[r.rid] = env.event()
+    get = srv.reqs.__getitem__
+    srv.pending = [(at, seq, get(rid)) for at, seq, rid in snap["pending"]]
+    heapq.heapify(srv.pending)
+    srv.waiting = [get(x) for x in snap["waiting"]]
+    srv.R = {x: get(x) for x in snap["R"]}
+    srv.F = {x: get(x) for x in snap["F"]}
+    srv.zombies = [get(x) for x in snap["zombies"]]
+    srv.joined = [get(x) for x in snap["joined"]]
+    srv.chunked = get(snap["chunked"]) if snap["chunked"] else None
+    srv.fin_heap = [tuple(e) for e in snap["fin_heap"]]  # type: ignore[misc]
+    heapq.heapify(srv.fin_heap)
+    srv.res.load_state(snap["res"])
+    srv.inflight = batch_from_state(snap["inflight"], srv.reqs.get)
+    srv.due = batch_from_state(snap["due"], srv.reqs.get)
+    for k in ("t", "gpu_free", "sum_kv", "batch_is_full", "seq", "bid", "steps", "num_retractions",
+              "kv_peak_used", "last_decode_apply"):
+        setattr(srv, k, snap[k])
+    srv.ratio.current = snap["ratio"]
+    srv.itl_vals, srv.itl_w = list(snap["itl_vals"]), list(snap["itl_w"])
+    srv.proc = env.process(srv._resume(snap["idle"]))
+    return srv
