@@ -229,12 +229,16 @@ class Server:
         ch = self.chunked
         if ch is not None:  # stash_chunked_request: the chunk just computed enters the tree, lock moves
             ch.node = self.kv.cache_unfinished(ch.key, ch.extend_end, ch.node, t)
-        zombies, self.zombies = self.zombies, []
-        batch = self._prefill(t, zombies)
-        if batch is not None:
-            return batch
+        zombies: list[Req] | tuple[()] = self.zombies or ()
+        if zombies:
+            self.zombies = []
+        # _prefill returns at once in these cases; skipping the call keeps a plain decode step cheap
+        if ch is not None or not ((self.R or self.F) and (self.batch_is_full or not self.waiting)):
+            batch = self._prefill(t, zombies)  # type: ignore[arg-type]
+            if batch is not None:
+                return batch
         if self.R or zombies:
-            return self._decode(t, zombies)
+            return self._decode(t, zombies)  # type: ignore[arg-type]
         return None
 
     def _running_reservation(self, ratio: float) -> float:
@@ -297,6 +301,7 @@ class Server:
         kv = self.kv
         self.bid += 1
         b = Batch(self.bid, "prefill")
+        b.prefill_done = []
         ext_lens: list[int] = []
         pre_lens: list[int] = []
         for r in adder.can_run:
@@ -358,7 +363,10 @@ class Server:
         r.held = self._ceil(r.input_len + r.o0 - 1)
         self.F[r.rid] = r
         self.res.add(r, self._group(r), decoding=False)
-        b.finishers.append(r)
+        if b.finishers:
+            b.finishers.append(r)
+        else:
+            b.finishers = [r]
         if self.overlap and r.eos:
             self.zombies.append(r)  # EOS is only seen after the next batch was built (§2.1)
 
@@ -383,16 +391,24 @@ class Server:
     def _launch_decode_rows(self, b: Batch, zombies: list[Req], need: int) -> tuple[int, int]:
         """Allocate and launch one decode row per running request (+ EOS zombie rows). Returns (rows, Σkv)."""
         kv = self.kv
-        if not kv.alloc(need):
+        if kv.free >= need:  # KVCache.alloc without eviction, inlined for the hot path
+            kv.free -= need
+            kv.private += need
+        elif not kv.alloc(need):
             raise RuntimeError("decode allocation failed after the capacity check")
-        for z in zombies:
-            z.held = self._ceil(z.input_len + z.o0)
-        nrows = len(self.R) + len(zombies)
-        sum_kv = self.sum_kv + sum(z.input_len + z.o0 for z in zombies)
-        b.n_emit = len(self.R)
-        b.newcomers = [r for r in self.joined if r.in_r]
-        self.joined = []
-        self.sum_kv += len(self.R)
+        nR = len(self.R)
+        nrows = nR
+        sum_kv = self.sum_kv
+        if zombies:
+            for z in zombies:
+                z.held = self._ceil(z.input_len + z.o0)
+                sum_kv += z.input_len + z.o0
+            nrows += len(zombies)
+        b.n_emit = nR
+        if self.joined:
+            b.newcomers = [r for r in self.joined if r.in_r]
+            self.joined = []
+        self.sum_kv += nR
         self.res.before_decode(self.clk[0], self.reqs)
         self.clk[0] += 1
         G = self.clk[0]
@@ -411,9 +427,9 @@ class Server:
     def _decode(self, t: float, zombies: list[Req]) -> Batch | None:
         """``update_running_batch`` (§2.7): memory check, retraction, ratio update, one token per request."""
         kv = self.kv
-        need = self._decode_need(zombies)
+        need = len(self.R) + len(zombies) if self.page == 1 else self._decode_need(zombies)
         retracted: list[str] = []
-        if kv.available() < need:
+        if kv.free + kv.tree.evictable_size < need:
             if any(not f.eos for f in self.F.values()) and self.overlap:
                 self.batch_is_full = False  # their KV frees as soon as their result is processed
                 return None
@@ -443,7 +459,8 @@ class Server:
             self.ratio.decay_step()
         self.bid += 1
         b = Batch(self.bid, "decode")
-        b.retracted = tuple(retracted)
+        if retracted:
+            b.retracted = tuple(retracted)
         nrows, sum_kv = self._launch_decode_rows(b, zombies, need)
         b.shape = BatchShape((), (), nrows, sum_kv, (), self._pad(nrows))
         return b

@@ -85,6 +85,9 @@ class Req:
         return b.g_after is not None and self.g0 < b.g_after
 
 
+_EMPTY: Any = ()
+
+
 class Batch:
     """One launched forward pass and what applying its result does."""
 
@@ -96,10 +99,12 @@ class Batch:
         self.kind = kind
         self.shape = BatchShape()
         self.gpu_end = 0.0
-        self.prefill_done: list[Req] = []   # requests whose prompt completes here (first/next token)
-        self.finishers: list[Req] = []      # requests whose last token is computed here
-        self.n_emit = 0                     # decode rows that emit a token
-        self.newcomers: list[Req] = []      # decode rows emitting their first decode token since joining
+        # lists start as a shared empty tuple and are replaced by a list on first use (most decode steps
+        # have none of them; this keeps a decode step allocation-free)
+        self.prefill_done: list[Req] = _EMPTY   # requests whose prompt completes here (first/next token)
+        self.finishers: list[Req] = _EMPTY      # requests whose last token is computed here
+        self.n_emit = 0                         # decode rows that emit a token
+        self.newcomers: list[Req] = _EMPTY      # decode rows emitting their first decode token since joining
         self.g_after: int | None = None     # decode-launch counter after this batch (None: no decode rows)
         self.retracted: tuple[str, ...] = ()
 
