@@ -8,6 +8,8 @@ Workloads (Qwen3-32B, H100 SXM, TP2, measured-table backend, shipped profile):
   * prefill        — ragged prefill batches (4–8 requests, random extend and prefix lengths), all distinct;
   * in_simulation  — a real closed-loop run (64 clients, 1024/256 tokens, 640 requests): time spent inside
                      ``step_time`` divided by the number of calls, i.e. the amortized cost the simulator pays;
+  * in_simulation_poisson — the same for an open-loop Poisson run with random lengths (prompts 128–4096,
+                     outputs 16–1024, 2000 requests at 8 req/s): shapes rarely repeat;
   * roofline_cold  — the roofline backend (a GPU without tables: H20) on distinct decode shapes.
 
 Prints one line per workload and a final JSON line.
@@ -94,6 +96,17 @@ def main() -> dict[str, float]:
     print(f"in_simulation   {res['in_simulation_us']:8.2f} µs per estimate amortized "
           f"({timed.calls} steps, {len(out.records)} requests, {wall:.2f} s wall, "
           f"{timed.spent / wall * 100:.0f}% of it in step_time)")
+
+    from simcore.workload import OpenLoop, Uniform
+
+    timed = _Timed(build_latency_model(model, gpu, 2, "bf16"))
+    t0 = time.perf_counter()
+    out = simulate(settings, timed, OpenLoop(8.0, 2000, Uniform(128, 4096), Uniform(16, 1024), 1),
+                   kv_capacity_tokens=pool.max_total_num_tokens, max_running_requests=pool.max_running_requests)
+    wall = time.perf_counter() - t0
+    res["in_simulation_poisson_us"] = timed.spent / max(1, timed.calls) * 1e6
+    print(f"in_sim_poisson  {res['in_simulation_poisson_us']:8.2f} µs per estimate amortized "
+          f"({timed.calls} steps, {len(out.records)} requests, {wall:.2f} s wall)")
 
     roof = build_latency_model(model, load_gpu("h20"), 2, "bf16")
     res["roofline_cold_us"] = _per_call_us(roof.step_time, cold)

@@ -106,6 +106,7 @@ class Server:
         self.itl_vals: list[float] = []
         self.itl_w: list[int] = []
         self.records: list[RequestRecord] = []
+        self.deferred: list[tuple[float, RequestRecord]] = []  # finished, signalled at their emit time
         self.proc = env.process(self._run()) if _start else None
 
     # ---- public -------------------------------------------------------------------------------------
@@ -536,14 +537,20 @@ class Server:
             queue_time_s=r.queue_time_s, num_retractions=r.num_retractions, aborted=aborted)
         self.records.append(rec)
         del self.reqs[r.rid]
-        ev = self.events.pop(r.rid, None)
         if t > self.env.now:
-            # an abort decided while the loop runs ahead of env.now (fast path): signal it at its own time
-            self._late(t - self.env.now).callbacks.append(lambda _e: self._signal(rec, ev))
+            # the client sees it later (detokenize_s, or an abort decided while the loop runs ahead of
+            # env.now): signal it at its own time; kept in the snapshot until then
+            self.deferred.append((t, rec))
+            self._late(t - self.env.now).callbacks.append(lambda _e: self._signal_deferred(rec))
         else:
-            self._signal(rec, ev)
+            self._signal(rec)
 
-    def _signal(self, rec: RequestRecord, ev: simpy.Event | None) -> None:
+    def _signal_deferred(self, rec: RequestRecord) -> None:
+        self.deferred = [(t, x) for t, x in self.deferred if x is not rec]
+        self._signal(rec)
+
+    def _signal(self, rec: RequestRecord) -> None:
+        ev = self.events.pop(rec.rid, None)
         if self.on_finish is not None:
             self.on_finish(rec)
         if ev is not None and not ev.triggered:

@@ -15,6 +15,7 @@ import simpy
 
 from simcore.kv_cache import KVCache
 from simcore.perf.base import LatencyModel
+from simcore.results import RequestRecord
 from simcore.server_state import batch_from_state, batch_to_state, req_from_state, req_to_state
 from simcore.settings import ServerSettings
 
@@ -64,6 +65,7 @@ def snapshot(srv: "Server") -> dict[str, Any]:
         "inflight": batch_to_state(srv.inflight), "due": batch_to_state(srv.due),
         "kv": srv.kv.to_state(),
         "rng": srv.rng.bit_generator.state,
+        "deferred": [[t, rec.to_dict()] for t, rec in srv.deferred],
     }
 
 def restore(cls: type["Server"], env: simpy.Environment, snap: dict[str, Any], settings: ServerSettings,
@@ -99,5 +101,10 @@ def restore(cls: type["Server"], env: simpy.Environment, snap: dict[str, Any], s
         setattr(srv, k, snap[k])
     srv.ratio.current = snap["ratio"]
     srv.itl_vals, srv.itl_w = list(snap["itl_vals"]), list(snap["itl_w"])
+    for t, d in snap.get("deferred", []):
+        rec = RequestRecord(**d)
+        srv.events[rec.rid] = env.event()
+        srv.deferred.append((t, rec))
+        srv._late(t - env.now).callbacks.append(lambda _e, rec=rec: srv._signal_deferred(rec))
     srv.proc = env.process(srv._resume(snap["idle"]))
     return srv

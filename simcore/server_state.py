@@ -86,6 +86,7 @@ class Req:
 
 
 _EMPTY: Any = ()
+_NO_SHAPE = BatchShape()
 
 
 class Batch:
@@ -97,7 +98,7 @@ class Batch:
     def __init__(self, bid: int, kind: str) -> None:
         self.bid = bid
         self.kind = kind
-        self.shape = BatchShape()
+        self.shape: BatchShape = _NO_SHAPE  # set by the server when the batch is built
         self.gpu_end = 0.0
         # lists start as a shared empty tuple and are replaced by a list on first use (most decode steps
         # have none of them; this keeps a decode step allocation-free)

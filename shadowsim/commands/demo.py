@@ -14,6 +14,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import threading
@@ -100,6 +101,7 @@ def _run(args: argparse.Namespace) -> int:
             pub.stop()
             view = rt.view()
             rt.close()
+    shutil.rmtree(state_dir, ignore_errors=True)
     print(summary(view, t0, SLOW_INSTANCE, sc.slow_from_s), flush=True)
     if pub.error is not None:
         print(f"shadowsim: error: traffic source failed: {pub.error}", file=sys.stderr)

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from simcore.errors import UserError
 from exporters.prometheus import MetricsServer, make_registry
 from shadowsim.shadow.config import ShadowConfig
 from shadowsim.shadow.engine import engine_factory
@@ -26,12 +27,26 @@ class ShadowRuntime:
         k = cfg.kafka
         make_source = make_source or kafka_source_factory(k.bootstrap_servers, k.topic, k.group, k.dead_letter_topic,
                                                           session_timeout_ms=k.session_timeout_ms)
-        sink = PredictionSink(cfg.predictions_path) if cfg.predictions_path is not None else None
-        self.service = ShadowService(cfg, make_source, engine_factory, clock=clock, sink=sink)
-        self.registry = make_registry(self.view)
         self.server: MetricsServer | None = None
-        if serve_metrics:
-            self.server = MetricsServer(self.registry, cfg.metrics_port, metrics_host, self.health).start()
+        self.registry = make_registry(self.view)
+        if serve_metrics:  # bind first: a taken port should fail before we join a consumer group
+            try:
+                self.server = MetricsServer(self.registry, cfg.metrics_port, metrics_host, self.health)
+            except OSError as exc:
+                raise UserError("--metrics-port", f"cannot listen on {metrics_host}:{cfg.metrics_port}: {exc.strerror}",
+                                "pick a free port, or 0 for any") from exc
+        sink = PredictionSink(cfg.predictions_path) if cfg.predictions_path is not None else None
+        try:
+            self.service = ShadowService(cfg, make_source, engine_factory, clock=clock, sink=sink)
+        except Exception as exc:
+            if self.server is not None:
+                self.server.stop()
+            if type(exc).__module__.startswith("kafka"):
+                raise UserError("--bootstrap-servers", f"cannot reach Kafka at {k.bootstrap_servers}: {exc}",
+                                "start a broker (shadowsim broker) or fix the address") from exc
+            raise
+        if self.server is not None:
+            self.server.start()
         self._last_status = time.monotonic()
 
     @property

@@ -306,3 +306,29 @@ def test_snapshot_while_idle_and_with_future_submission() -> None:
     env2.run()
     assert srv.records + srv2.records == whole()
     assert srv2.records[0].first_token_s == pytest.approx(5.0 + 0.02)
+
+
+def test_snapshot_keeps_finishes_not_yet_signalled() -> None:
+    # with a 50 ms detokenizer delay, a's finish is known at 0.04 s but reaches the client at 0.09 s
+    s = resolve(ServerSettings(disable_overlap_schedule=True), 80 * 1024**3)
+    env = simpy.Environment()
+    srv = Server(env, s, 10_000, LAT, detokenize_s=0.05)
+    srv.submit(req("a", 0.0, 100, 3))
+    env.run(until=0.06)
+    assert [r.rid for r in srv.records] == ["a"] and srv.deferred
+    snap = json.loads(json.dumps(srv.snapshot()))
+    env2 = simpy.Environment(initial_time=0.06)
+    got: list = []
+    srv2 = Server.restore(env2, snap, s, LAT, on_finish=got.append)
+    ev = srv2.events["a"]
+    env2.run()
+    assert ev.triggered and ev.value.finish_s == pytest.approx(0.09)
+    assert [r.rid for r in got] == ["a"] and not srv2.deferred
+
+
+def test_fast_path_equals_step_by_step_with_delays() -> None:
+    kw = dict(cap=2500, chunked_prefill_size=512, lat=LinearLatencyModel(cpu_s=0.001), check=False,
+              server_kw={"tokenize_s": 0.003, "detokenize_s": 0.002})
+    fast = run(_workload(), fast=True, **kw)
+    slow = run(_workload(), fast=False, **kw)
+    assert sorted(fast.server.records, key=lambda r: r.rid) == sorted(slow.server.records, key=lambda r: r.rid)
