@@ -11,7 +11,7 @@ from typing import Any
 
 import pydantic
 
-from simcore.events import EVENT_ADAPTER
+from simcore.events import EVENT_ADAPTER, KIND_TO_CLASS
 from streams.adapters import bench_serving, otlp, request_log, server_info, shipper, traces
 from streams.adapters.base import LineResult, ParseContext, validation_reason
 
@@ -26,7 +26,9 @@ def from_canonical(obj: dict[str, Any]) -> LineResult:
 def from_object(obj: Any, ctx: ParseContext) -> LineResult:
     if not isinstance(obj, dict):
         return None
-    if "kind" in obj and "schema_version" in obj:
+    # A canonical event, or an object that claims a known event kind: validate it, and dead-letter it when it fails
+    # (a malformed event must not vanish as a quiet skip).
+    if ("kind" in obj and "schema_version" in obj) or (isinstance(obj.get("kind"), str) and obj["kind"] in KIND_TO_CLASS):
         return from_canonical(obj)
     if shipper.envelope_line(obj) is not None:
         return shipper.parse_envelope(obj, ctx)

@@ -88,3 +88,13 @@ def test_pretty_printed_json_document(tmp_path: Path):
                             indent=2))
     (item,) = list(iter_file_events(p))
     assert item.event.kind == "benchmark_summary" and item.event.mean_ttft_s == 0.01
+
+
+def test_an_object_claiming_a_known_kind_but_invalid_is_dead_lettered_not_skipped():
+    from streams.decode import decode_record
+
+    res = decode_record(b'{"kind":"decode_batch","bad":1}', key=b"inst-a", source="t")
+    assert res.events == []
+    assert res.skipped == 0
+    assert len(res.dead_letters) == 1
+    assert "decode_batch" in res.dead_letters[0].reason
