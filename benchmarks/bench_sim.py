@@ -3,7 +3,8 @@
 memory: ~414k tokens, max_running_requests 2048, chunked prefill 8192, overlap on, FCFS).
 
 Prints wall time, simulated seconds, simulated seconds per wall second (and per CPU second of the process, which
-depends less on the load of a shared machine), scheduler steps per wall second and the peak resident memory of a fresh process running only this simulation, then one JSON line.
+depends less on the load of a shared machine), scheduler steps per wall second and the peak resident memory of
+a fresh process running only this simulation, then one JSON line.
 Also times the same trace with an unlimited pool (``--max-total-tokens 1e9``, the cache-hit acceptance run).
 
 Run: ``python -m benchmarks`` (all benchmarks) or ``python benchmarks/bench_sim.py``.
@@ -69,7 +70,8 @@ def main() -> dict[str, float]:
         r = _measure(cap)
         print(f"  {label:<15} {r['requests']:>6} requests  KV {r['kv_tokens']:>13,} tok  "
               f"wall {r['wall_s']:6.2f} s  simulated {r['sim_s']:8,.0f} s  "
-              f"{r['sim_s_per_wall_s']:7,.0f} sim s/wall s ({r['sim_s_per_cpu_s']:,.0f}/cpu s)  {r['steps']:>7,} steps ({r['steps_per_wall_s']:,.0f}/s)  "
+              f"{r['sim_s_per_wall_s']:7,.0f} sim s/wall s ({r['sim_s_per_cpu_s']:,.0f}/cpu s)  "
+              f"{r['steps']:>7,} steps ({r['steps_per_wall_s']:,.0f}/s)  "
               f"peak RSS {r['peak_rss_mib']:.0f} MiB  hit {100 * r['cache_hit_rate']:.1f} %")
         for k, v in r.items():
             results[f"{label}.{k}"] = v

@@ -23,6 +23,9 @@ class RequestRecord:
       ``tpot_s = (finish_s − first_token_s) / (output_len − 1)``, None for one-token outputs.
     - ``queue_time_s``: time spent in the waiting queue, summed over re-queues after retractions.
     - ``aborted``: the request could not fit in the KV pool even alone (SGLang aborts it with an OOM error).
+
+    Per-token gaps are not kept per request (that would cost O(batch) per step); the simulation keeps them as
+    weighted samples (``SimResult.itl_values_s``/``itl_weights``) for the ITL statistics.
     """
 
     rid: str
@@ -38,15 +41,9 @@ class RequestRecord:
     queue_time_s: float
     num_retractions: int = 0
     aborted: bool = False
-    itl_s: tuple[float, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if d["itl_s"] is None:
-            del d["itl_s"]
-        else:
-            d["itl_s"] = list(d["itl_s"])
-        return d
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)

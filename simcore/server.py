@@ -5,8 +5,9 @@ One iteration at time ``t``: ingest arrivals (``arrival_s + tokenize_s <= t``), 
 
 - overlap ON (default): the GPU starts at ``max(t + cpu, end of the previous GPU step)``; the next iteration
   starts at ``max(t + cpu, end of the previous GPU step)`` and first applies the *previous* batch's results
-  (tokens, finishes) — so a first token appears one CPU pass after its prefill's GPU work ends, requests that
-  finish by length are left out of the next batch, and an EOS finish costs one extra decode row (§6.3, §8.3.8).
+  (tokens, finishes), whose tokens reach the client at that batch's GPU end plus the CPU time of the pass that
+  launched the next batch (§8.1) — a first token appears one CPU pass after its prefill's GPU work ends. Requests
+  that finish by length are left out of the next batch; an EOS finish costs one extra decode row (§6.3, §8.3.8).
 - overlap OFF: ``t + cpu + gpu``, results applied before the next iteration.
 
 **Fast path.** Per-request progress is kept lazily: a running request's output count is
@@ -28,20 +29,21 @@ from typing import Any, Callable
 import numpy as np
 import simpy
 
+from simcore import server_snapshot as _snap
 from simcore.kv_cache import KVCache
 from simcore.memory import max_running_requests as _derive_max_running
 from simcore.perf.base import BatchShape, LatencyModel
 from simcore.request import RequestSpec
 from simcore.results import RequestRecord, StepRecord
 from simcore.scheduler import AddResult, NewTokenRatio, PrefillAdder, order_waiting, retraction_order
+from simcore.server_results import ResultProcessor
 from simcore.server_state import Batch, Req, ReservationSum
 from simcore.settings import ServerSettings, resolve
-from simcore import server_snapshot as _snap
 
 LATE = 2  # SimPy priority: URGENT=0, NORMAL=1; our wake-ups run after every same-time event
 
 
-class Server:
+class Server(ResultProcessor):
     """One SGLang server (one TP group). ``submit(req)`` returns an event that succeeds with the
     :class:`RequestRecord` when the request finishes; ``on_finish`` (optional) is called with it as well."""
 
@@ -96,7 +98,9 @@ class Server:
         self.due: Batch | None = None        # results to apply at self.t
         self.idle = False
         self._wake: simpy.Event | None = None
-        self.last_decode_apply = 0.0
+        self.emit_floor = env.now           # emit time of the last applied batch (emits stay in order)
+        self.last_decode_apply = 0.0        # emit time of the last applied decode step ...
+        self.last_decode_apply_g = 0        # ... and its decode-launch counter (g_after)
         # counters and statistics
         self.seq = 0
         self.bid = 0
@@ -185,12 +189,17 @@ class Server:
                     batch.gpu_end = self.gpu_free = launch + st.gpu_s
                     prev = self.inflight
                     self.inflight = batch
-                    nxt = max(t + cpu, prev.gpu_end) if prev is not None else t + cpu
+                    if prev is not None:
+                        nxt = max(t + cpu, prev.gpu_end)
+                        # its results reach the client once this CPU pass is also done (§8.1)
+                        prev.emit_s = prev.gpu_end + cpu
+                    else:
+                        nxt = t + cpu
                     self.due = prev
                 else:
                     launch = t + cpu
                     batch.gpu_end = self.gpu_free = launch + st.gpu_s
-                    nxt = batch.gpu_end
+                    nxt = batch.emit_s = batch.gpu_end
                     self.due = batch
                 used = self.kv.used
                 if used > self.kv_peak_used:
@@ -203,7 +212,7 @@ class Server:
             elif self.inflight is not None:  # overlap: nothing new to launch; process the last result
                 self.due = self.inflight
                 self.inflight = None
-                self.t = max(t, self.due.gpu_end)
+                self.t = self.due.emit_s = max(t, self.due.gpu_end)
             else:
                 self.ratio.reset()  # Scheduler.on_idle()
                 if not pend and not self.waiting:
@@ -468,6 +477,8 @@ class Server:
 
     def _retract(self, r: Req, t: float) -> None:
         """``release_req``: free private KV (no insert), unlock, evict ``remaining × 20``, back to the tail."""
+        if r.g0 < self.last_decode_apply_g:  # its last token came with the last applied decode step
+            r.last_emit_s = self.last_decode_apply
         self._leave_r(r)
         held = self._ceil(r.input_len + r.o0 - 1)
         inf = self.inflight
@@ -487,81 +498,6 @@ class Server:
         self.num_retractions += 1
         self.batch_is_full = False
         self.waiting.append(r)
-
-    # ---- results (process_batch_result) -------------------------------------------------------------
-    def _apply(self, b: Batch, t: float) -> None:
-        emit_t = t + self.detokenize_s
-        kv = self.kv
-        for r in b.prefill_done:
-            if r.state not in ("run", "finishing"):
-                continue
-            if r.first_token_s is None:
-                r.first_token_s = emit_t
-            else:
-                self._itl(emit_t - r.last_emit_s, 1, r)
-            r.last_emit_s = emit_t
-            if r.state == "run" and r.node is not None:
-                r.node = kv.cache_unfinished(r.key, r.fill_target, r.node, t)
-        if b.n_emit or b.newcomers:
-            n_new = 0
-            for r in b.newcomers:
-                if r.dropped_bid == b.bid:
-                    continue
-                n_new += 1
-                self._itl(emit_t - r.last_emit_s, 1, r)
-            cont = b.n_emit - n_new
-            if cont > 0:
-                self._itl(emit_t - self.last_decode_apply, cont, None)
-            self.last_decode_apply = emit_t
-        for r in b.finishers:
-            if r.state != "finishing":
-                continue
-            del self.F[r.rid]
-            self.res.remove(r)
-            kv.cache_finished(r.key, r.input_len + r.o0 - 1, r.node, t, kv_tokens=r.held)
-            self._finish(r, emit_t, aborted=False)
-            self.batch_is_full = False
-
-    def _itl(self, v: float, w: int, r: Req | None) -> None:
-        self.itl_vals.append(v)
-        self.itl_w.append(w)
-
-    def _finish(self, r: Req, t: float, aborted: bool) -> None:
-        r.state = "done"
-        first = r.first_token_s if r.first_token_s is not None else t
-        out = r.o0 if not aborted else max(r.o0, 0)
-        rec = RequestRecord(
-            rid=r.rid, arrival_s=r.spec.arrival_s, input_len=r.input_len, output_len=out,
-            cached_tokens=r.cached_tokens, first_token_s=first, finish_s=t, ttft_s=first - r.spec.arrival_s,
-            tpot_s=(t - first) / (out - 1) if out > 1 else None, e2e_s=t - r.spec.arrival_s,
-            queue_time_s=r.queue_time_s, num_retractions=r.num_retractions, aborted=aborted)
-        self.records.append(rec)
-        del self.reqs[r.rid]
-        if t > self.env.now:
-            # the client sees it later (detokenize_s, or an abort decided while the loop runs ahead of
-            # env.now): signal it at its own time; kept in the snapshot until then
-            self.deferred.append((t, rec))
-            self._late(t - self.env.now).callbacks.append(lambda _e: self._signal_deferred(rec))
-        else:
-            self._signal(rec)
-
-    def _signal_deferred(self, rec: RequestRecord) -> None:
-        self.deferred = [(t, x) for t, x in self.deferred if x is not rec]
-        self._signal(rec)
-
-    def _signal(self, rec: RequestRecord) -> None:
-        ev = self.events.pop(rec.rid, None)
-        if self.on_finish is not None:
-            self.on_finish(rec)
-        if ev is not None and not ev.triggered:
-            ev.succeed(rec)
-
-    def _abort(self, r: Req, t: float) -> None:
-        """A request that cannot fit even alone ("Out of memory even after retracting")."""
-        if r.node is not None:
-            self.kv.release(r.node, r.held)
-            r.node = None
-        self._finish(r, t, aborted=True)
 
     # ---- checks, snapshot / restore (simcore.server_snapshot) ---------------------------------------
     def check_invariants(self) -> None:

@@ -53,7 +53,8 @@ def snapshot(srv: "Server") -> dict[str, Any]:
         "G": srv.clk[0], "sum_kv": srv.sum_kv, "batch_is_full": srv.batch_is_full,
         "ratio": srv.ratio.current, "seq": srv.seq, "bid": srv.bid, "steps": srv.steps,
         "num_retractions": srv.num_retractions, "kv_peak_used": srv.kv_peak_used,
-        "last_decode_apply": srv.last_decode_apply,
+        "last_decode_apply": srv.last_decode_apply, "last_decode_apply_g": srv.last_decode_apply_g,
+        "emit_floor": srv.emit_floor,
         "itl_vals": list(srv.itl_vals), "itl_w": list(srv.itl_w),
         "reqs": reqs,
         "pending": [[at, seq, r.rid] for at, seq, r in srv.pending],
@@ -97,7 +98,7 @@ def restore(cls: type["Server"], env: simpy.Environment, snap: dict[str, Any], s
     srv.inflight = batch_from_state(snap["inflight"], srv.reqs.get)
     srv.due = batch_from_state(snap["due"], srv.reqs.get)
     for k in ("t", "gpu_free", "sum_kv", "batch_is_full", "seq", "bid", "steps", "num_retractions",
-              "kv_peak_used", "last_decode_apply"):
+              "kv_peak_used", "last_decode_apply", "last_decode_apply_g", "emit_floor"):
         setattr(srv, k, snap[k])
     srv.ratio.current = snap["ratio"]
     srv.itl_vals, srv.itl_w = list(snap["itl_vals"]), list(snap["itl_w"])

@@ -92,7 +92,7 @@ _NO_SHAPE = BatchShape()
 class Batch:
     """One launched forward pass and what applying its result does."""
 
-    __slots__ = ("bid", "kind", "shape", "gpu_end", "prefill_done", "finishers", "n_emit", "newcomers",
+    __slots__ = ("bid", "kind", "shape", "gpu_end", "emit_s", "prefill_done", "finishers", "n_emit", "newcomers",
                  "g_after", "retracted")
 
     def __init__(self, bid: int, kind: str) -> None:
@@ -100,6 +100,7 @@ class Batch:
         self.kind = kind
         self.shape: BatchShape = _NO_SHAPE  # set by the server when the batch is built
         self.gpu_end = 0.0
+        self.emit_s = 0.0                       # when its tokens reach the client (before detokenize_s)
         # lists start as a shared empty tuple and are replaced by a list on first use (most decode steps
         # have none of them; this keeps a decode step allocation-free)
         self.prefill_done: list[Req] = _EMPTY   # requests whose prompt completes here (first/next token)
@@ -148,7 +149,7 @@ def batch_to_state(b: Batch | None) -> dict[str, Any] | None:
     if b is None:
         return None
     sh = b.shape
-    return {"bid": b.bid, "kind": b.kind, "gpu_end": b.gpu_end,
+    return {"bid": b.bid, "kind": b.kind, "gpu_end": b.gpu_end, "emit_s": b.emit_s,
             "shape": [list(sh.extend_lens), list(sh.prefix_lens), sh.num_decode, sh.decode_sum_kv,
                       list(sh.decode_kv_lens), sh.cuda_graph_bs],
             "prefill_done": [r.rid for r in b.prefill_done], "finishers": [r.rid for r in b.finishers],
@@ -163,6 +164,7 @@ def batch_from_state(d: dict[str, Any] | None, get: Callable[[str], Req | None])
     e, p, nd, sk, dk, cg = d["shape"]
     b.shape = BatchShape(tuple(e), tuple(p), nd, sk, tuple(dk), cg)
     b.gpu_end = d["gpu_end"]
+    b.emit_s = d["emit_s"]
     def reqs(rids: list[str]) -> list[Req]:
         return [r for r in (get(x) for x in rids) if r is not None]
 

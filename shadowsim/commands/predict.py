@@ -51,6 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--precision", default=None, help="weights: bf16, fp8, ... (default: the model's own)")
     g.add_argument("--latency-backend", default="auto", choices=("auto", "table", "roofline"),
                    help="auto = measured per-op tables when the GPU has them, else roofline")
+    g.add_argument("--profile", metavar="PROFILE.json", default=None,
+                   help="calibration profile from `shadowsim calibrate` (default: the shipped one)")
     s = p.add_argument_group("server flags (SGLang names)")
     s.add_argument("--sglang-version", default="0.5.9", help="version whose scheduler rules apply (default 0.5.9)")
     s.add_argument("--schedule-policy", choices=POLICIES, default=None, help="queue policy (default: fcfs)")
@@ -77,7 +79,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--time-scale", type=float, default=1.0, help="simulated seconds per trace second")
     w.add_argument("--concurrency", type=int, default=None, help="closed loop: number of clients")
     w.add_argument("--request-rate", type=float, default=None, help="open loop: requests per second (Poisson)")
-    w.add_argument("--num-requests", type=int, default=None, help="synthetic requests (default 10 x concurrency or 200)")
+    w.add_argument("--num-requests", type=int, default=None,
+                   help="synthetic requests (default: 10 x concurrency or 200)")
     w.add_argument("--input-len", type=int, default=1024, help="synthetic prompt tokens (default 1024)")
     w.add_argument("--output-len", type=int, default=128, help="synthetic output tokens (default 128)")
     w.add_argument("--random-range-ratio", type=float, default=1.0,
@@ -207,7 +210,12 @@ def _run(args: argparse.Namespace) -> int:
     gpu = load_gpu(args.gpu)
     settings = _settings(args, gpu.memory_bytes)
     precision = args.precision or model.default_precision
-    latency = build_latency_model(model, gpu, args.tp, precision, backend=args.latency_backend)
+    profile = None
+    if args.profile:
+        from simcore.perf.profile import CalibrationProfile
+
+        profile = CalibrationProfile.load(args.profile)
+    latency = build_latency_model(model, gpu, args.tp, precision, backend=args.latency_backend, profile=profile)
     ctx = settings.context_length or model.context_length
     if args.max_total_tokens is not None:
         if args.max_total_tokens < 2:
@@ -256,7 +264,7 @@ def _write_records(path: str, records: Sequence[Any]) -> None:
     rows = [r.to_dict() for r in sorted(records, key=lambda r: (r.arrival_s, r.rid))]
     try:
         if p.suffix == ".csv":
-            cols = [c for c in (rows[0].keys() if rows else []) if c != "itl_s"]
+            cols = list(rows[0].keys()) if rows else []
             with p.open("w", newline="") as f:
                 wr = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
                 wr.writeheader()

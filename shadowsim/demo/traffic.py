@@ -7,7 +7,8 @@ shadow uses) whose step times get seeded log-normal noise and, optionally, a slo
 their recorded lengths, compressed in time to a target request rate.
 
 Output: the events SGLang would emit, in event-time order — ``server_config``, ``request_arrived``,
-``request_first_token``, ``request_finished``, ``forward_pass`` (as canonical events) and ``Prefill batch`` /
+``request_first_token``, ``request_finished``, ``forward_pass``, ``metrics_snapshot`` (one /metrics scrape per
+second; keeps event time moving while the server is idle) as canonical events, and ``Prefill batch`` /
 ``Decode batch`` scheduler log lines (as raw text, the way a log shipper sends them, so the log adapter is
 exercised). Deterministic for a given seed.
 """
@@ -155,7 +156,6 @@ def emulate(inst: EmulatedInstance, latency: LatencyModel, settings: Any, t0_ts:
     out: list[tuple[float, Event | bytes]] = []
     iid = inst.instance_id
     specs: dict[str, RequestSpec] = {}
-    first_token: dict[str, float] = {}
     decode_steps = [0]
     last_decode_line = [0.0]
 

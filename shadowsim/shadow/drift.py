@@ -38,9 +38,9 @@ class ErrorWindow:
     _sum: float = 0.0
 
     def add(self, ts: float, value: float) -> None:
+        """Add a sample at event time ``ts``; the owner calls ``expire`` as its clock advances."""
         self.samples.append((ts, value))
         self._sum += value
-        self.expire(ts)
 
     def expire(self, now_ts: float) -> None:
         """Drop samples older than ``now_ts − window_s`` (event time)."""

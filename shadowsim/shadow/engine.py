@@ -19,7 +19,7 @@ from simcore.errors import UserError
 from simcore.request import RequestSpec
 from simcore.settings import ServerSettings, resolve
 from shadowsim.shadow.config import InstanceConfig
-from shadowsim.shadow.twin import Completion
+from shadowsim.shadow.protocols import Completion
 
 # server_config event fields -> ServerSettings fields (SGLang flag names where they differ)
 _CONFIG_TO_SETTINGS = {
@@ -104,7 +104,8 @@ class SimEngine:
         self.epoch_ts = epoch_ts
         self.settings = build_settings(cfg, server_config)
         self.key_unit = cfg.key_unit
-        self.latency = ScaledLatencyModel(build_latency(cfg, server_config))
+        self.base_latency = build_latency(cfg, server_config)
+        self.latency = ScaledLatencyModel(self.base_latency)
         self.graph_sizes = tuple(self.settings.cuda_graph_bs or ())
         self.overlap = not self.settings.disable_overlap_schedule
         self.kv_capacity = int(server_config.get("max_total_num_tokens") or cfg.kv_capacity_tokens)
@@ -147,9 +148,10 @@ class SimEngine:
         self._run(until)
         # The server keeps every record and ITL sample for offline summaries; a live shadow must not grow
         # without bound, and these lists are not scheduling state.
-        self.server.records.clear()
-        self.server.itl_vals.clear()
-        self.server.itl_w.clear()
+        for name in ("records", "itl_vals", "itl_w"):
+            acc = getattr(self.server, name, None)
+            if isinstance(acc, list):
+                acc.clear()
         done, self._done = self._done, []
         return done
 

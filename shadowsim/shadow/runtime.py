@@ -18,6 +18,7 @@ from shadowsim.shadow.sources import SourceFactory, kafka_source_factory
 from shadowsim.shadow.view import ShadowView, build_view
 
 STATUS_EVERY_S = 5.0
+KAFKA_WAIT_S = 15.0
 
 
 class ShadowRuntime:
@@ -25,6 +26,16 @@ class ShadowRuntime:
                  clock: Callable[[], float] = time.time, serve_metrics: bool = True) -> None:
         self.cfg = cfg
         k = cfg.kafka
+        if make_source is None:
+            # kafka-python's consumer blocks forever on an unreachable bootstrap server; fail with a message instead
+            # (an orchestrator restarts us; a human fixes the address).
+            from streams.broker import wait_until_answers  # noqa: PLC0415
+
+            try:
+                wait_until_answers(k.bootstrap_servers.split(",")[0].strip(), KAFKA_WAIT_S)
+            except (TimeoutError, ValueError) as exc:
+                raise UserError("--bootstrap-servers", f"no Kafka answered at {k.bootstrap_servers} within "
+                                f"{KAFKA_WAIT_S:.0f} s", "start one (shadowsim broker) or fix the address") from exc
         make_source = make_source or kafka_source_factory(k.bootstrap_servers, k.topic, k.group, k.dead_letter_topic,
                                                           session_timeout_ms=k.session_timeout_ms)
         self.server: MetricsServer | None = None

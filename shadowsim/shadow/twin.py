@@ -18,72 +18,17 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from simcore.events import (DecodeBatch, ForwardPass, MetricsSnapshot, PrefillBatch, RequestArrived,
                             RequestFinished, RequestFirstToken, ServerConfig)
-from simcore.perf.base import LatencyModel
 from shadowsim.shadow.anchor import Anchor, StepTimeline
 from shadowsim.shadow.config import METRICS, DriftConfig, InstanceConfig, TimeConfig
 from shadowsim.shadow.drift import DriftVerdict, ErrorWindow, OnlineCalibrator, ape, decide
+from shadowsim.shadow.protocols import Completion, Engine, EngineFactory, Pending
 from shadowsim.shadow.stats import InstanceStats
 
 MAX_ESTIMATE_TOKENS = 4096  # SGLang clips unknown max_new_tokens to 4096 for its own estimate (§2.5)
-
-
-@dataclass(frozen=True)
-class Completion:
-    """A request the simulator finished: predicted values (seconds, tokens)."""
-
-    rid: str
-    ttft_s: float
-    tpot_s: float
-    e2e_s: float
-    cached_tokens: int
-    input_len: int
-    output_len: int
-
-
-class Engine(Protocol):
-    """The free-running simulator of one instance (see shadowsim.shadow.engine)."""
-
-    latency: LatencyModel
-    graph_sizes: tuple[int, ...]
-    overlap: bool  # overlap scheduling on (CPU work hidden under the GPU)
-
-    @property
-    def now_ts(self) -> float: ...
-
-    def submit(self, rid: str, arrival_ts: float, input_len: int, output_len: int, *, key: tuple[int, ...] | None,
-               key_unit: int, max_new_tokens: int | None, ignore_eos: bool, priority: int, order: int) -> None: ...
-
-    def advance_to(self, ts: float) -> list[Completion]: ...
-
-    def state(self) -> dict[str, float]: ...
-
-    def set_factors(self, factors: dict[str, float]) -> None: ...
-
-    def snapshot(self) -> dict[str, Any]: ...
-
-
-EngineFactory = Callable[[InstanceConfig, dict[str, Any], float, dict[str, Any] | None], Engine]
-"""(instance config, merged server_config fields, epoch_ts, engine snapshot or None) -> Engine."""
-
-
-@dataclass
-class Pending:
-    arrival_ts: float
-    prompt_tokens: int
-    key: tuple[int, ...] | None = None
-    key_unit: int = 1
-    max_new_tokens: int | None = None
-    ignore_eos: bool = False
-    priority: int = 0
-    first_token_ts: float | None = None
-    submitted: bool = False
-    estimated: bool = False
-    seq: int = 0  # order in which the twin learned of the request: breaks ties between equal arrival times
 
 
 class InstanceTwin:
@@ -128,6 +73,16 @@ class InstanceTwin:
     def simulated_ts(self) -> float | None:
         """Event time up to which the free-running twin has simulated."""
         return self.engine.now_ts if self.engine is not None else None
+
+    def applied_factors(self) -> dict[str, float]:
+        """Online recalibration: a factor is applied only once it has left the performance band (inside it, the
+        difference is more likely model bias than a change of the server), and only within ``factor_bounds``."""
+        d = self.drift_cfg
+        out = {}
+        for c, f in self.calibrator.factors.items():
+            moved = self.calibrator.counts.get(c, 0) >= d.min_factor_samples and abs(f - 1.0) > d.performance_band
+            out[c] = min(max(f, d.factor_bounds[0]), d.factor_bounds[1]) if moved else 1.0
+        return out
 
     def has_pending_work(self) -> bool:
         """Requests waiting for their length, or submitted to the simulator and not yet predicted."""
@@ -259,7 +214,9 @@ class InstanceTwin:
 
     def _anchor(self) -> Anchor:
         eng = self._ensure_engine()
-        return Anchor(eng.latency, eng.graph_sizes, self.calibrator, self.timeline, eng.overlap)
+        # the unscaled (as-profiled) model: the factors measure the server against the profile, not against
+        # themselves (with recalibration on, the free twin runs the scaled model)
+        return Anchor(eng.base_latency, eng.graph_sizes, self.calibrator, self.timeline, eng.overlap)
 
     def _submit(self, rid: str, p: Pending, output_len: int) -> None:
         eng = self._ensure_engine()
@@ -296,7 +253,7 @@ class InstanceTwin:
             return
         horizon = min(wm, self._waiting[0][0]) if self._waiting else wm
         if self.drift_cfg.recalibrate:
-            self.engine.set_factors(self.calibrator.factors)
+            self.engine.set_factors(self.applied_factors())
         for c in self.engine.advance_to(horizon):
             self._on_completion(c)
         # Windows cover the last window_s of *simulated* time: samples join when the simulation reaches them, which

@@ -66,3 +66,23 @@ def test_slowed_instance_crosses_its_threshold_in_bounded_time_and_the_others_st
         if iid != SLOW_INSTANCE:
             assert svc.twins[iid].alerts == [], iid
             assert abs(svc.twins[iid].calibrator.factors["decode"] - 1.0) < 0.05
+
+
+def test_online_recalibration_shrinks_the_slowed_instance_error_and_leaves_the_others_alone() -> None:
+    sc, recs = scenario_log(60.0)
+    mean_ape = {}
+    for recal in (False, True):
+        drift = sc.shadow.drift.model_copy(update={"recalibrate": recal})
+        sc2 = type(sc)(sc.duration_s, sc.instances, sc.shadow.model_copy(update={"drift": drift}))
+        svc, _, _ = _replay(sc2, recs)
+        mean_ape[recal] = {iid: {m: t.stats.ape[m]["free"].total / t.stats.ape[m]["free"].count for m in METRICS}
+                           for iid, t in svc.twins.items()}
+        if recal:
+            applied = {iid: t.applied_factors() for iid, t in svc.twins.items()}
+    assert applied[SLOW_INSTANCE]["decode"] > 1.4  # the moved factor is applied...
+    assert all(f == 1.0 for iid, fs in applied.items() if iid != SLOW_INSTANCE for f in fs.values())  # ...only there
+    for m in METRICS:
+        assert mean_ape[True][SLOW_INSTANCE][m] < 0.8 * mean_ape[False][SLOW_INSTANCE][m], m
+        for iid in mean_ape[False]:
+            if iid != SLOW_INSTANCE:
+                assert mean_ape[True][iid][m] == mean_ape[False][iid][m]  # untouched twins predict the same

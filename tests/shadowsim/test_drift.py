@@ -17,7 +17,8 @@ def test_window_keeps_only_the_last_window_s_of_event_time() -> None:
     w.add(100.0, 0.1)
     w.add(105.0, 0.3)
     assert w.mape() == pytest.approx(0.2)
-    w.add(111.0, 0.5)  # 100 is now older than 111 - 10
+    w.add(111.0, 0.5)
+    w.expire(111.0)  # 100 is now older than 111 - 10
     assert len(w) == 2
     assert w.mape() == pytest.approx(0.4)
     w.expire(200.0)

@@ -101,6 +101,7 @@ def test_bad_trace_line_is_reported_with_its_number(tmp_path: Path, capsys: pyte
     (["--model", MODEL, "--gpu", "H100", "--concurrency", "1", "--page-size", "0"], "--page-size"),
     (["--model", MODEL, "--gpu", "H100", "--trace", "/nonexistent.jsonl"], "trace"),
     (["--model", MODEL, "--gpu", "H100", "--concurrency", "1", "--out", "x.txt"], "--out"),
+    (["--model", MODEL, "--gpu", "H100", "--concurrency", "1", "--profile", "missing.json"], "--profile"),
 ])
 def test_bad_input_is_one_line_naming_the_field(args: list[str], field: str,
                                                capsys: pytest.CaptureFixture[str], tmp_path: Path,
@@ -125,3 +126,17 @@ def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
         main(["predict", "--help"])
     out = capsys.readouterr().out
     assert "--trace-format" in out and "Examples:" in out and "cache_hit_rate" in out
+
+
+def test_profile_from_file_is_used(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from simcore.perf.profile import default_profile
+
+    base = default_profile()
+    slow = base.model_copy(update={"step_overhead_s": base.step_overhead_s + 0.005})  # +5 ms per forward
+    path = tmp_path / "p.json"
+    slow.save(path)
+    args = ["--concurrency", "1", "--num-requests", "2", "--input-len", "300", "--output-len", "21"]
+    shipped = _json(capsys, *args)
+    slower = _json(capsys, *args, "--profile", str(path))
+    # every decode step 5 ms longer: TPOT grows by 5 ms
+    assert slower["tpot_ms"]["mean"] == pytest.approx(shipped["tpot_ms"]["mean"] + 5.0, abs=0.01)

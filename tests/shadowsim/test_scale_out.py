@@ -72,10 +72,11 @@ def test_two_members_share_partitions_and_a_leaving_member_hands_over_its_twins(
         if len(b.source.assignment()) == 6 and sum(t.stats.events_processed for t in b.twins.values()) >= total:
             break
         time.sleep(0.2)
+    assert len(b.source.assignment()) == 6
+    assert a.records_processed > 0 and b.records_processed > 0  # both did part of the work
     stop_b.set()
     tb.join(30)
     b.close()
-    assert len(b.source.assignment()) == 6
     got = read_predictions(tmp_path / "a.jsonl") | read_predictions(tmp_path / "b.jsonl")
     # the same request predicted by both members (replayed after the hand-over) must be identical
     both = read_predictions(tmp_path / "a.jsonl").keys() & read_predictions(tmp_path / "b.jsonl").keys()

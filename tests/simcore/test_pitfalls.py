@@ -113,7 +113,8 @@ def test_8_overlap_eos_extra_row_and_first_token_after_cpu_pass() -> None:
     lat = LinearLatencyModel(base_s=0.010, per_extend_token_s=0.0, per_decode_req_s=0.0, per_kv_token_s=0.0,
                              cpu_s=0.015)  # CPU-bound: the next pass ends after the prefill's GPU work
     r = run([req("a", 0.0, 100, 3)], lat=lat).records["a"]
-    assert r.first_token_s == pytest.approx(0.015 + 0.015)  # launch at 15 ms, emitted after the next CPU pass
+    # prefill launched at 15 ms, GPU done at 25 ms, emitted after the next 15 ms CPU pass: 40 ms
+    assert r.first_token_s == pytest.approx(0.015 + 0.010 + 0.015)
 
 
 def test_9_cuda_graph_padding_and_eager_decode_above_max_bs() -> None:

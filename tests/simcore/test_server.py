@@ -35,8 +35,9 @@ def test_overlap_hides_cpu_time_behind_gpu() -> None:
     # serial: each iteration costs cpu + gpu = 12 ms
     assert (off.first_token_s, off.finish_s) == pytest.approx((0.012, 0.036))
     on = run([req("a", 0.0, 100, 3)], lat=lat).records["a"]
-    # overlap: GPU busy back to back after the first 2 ms CPU pass: 2 + 10 + 10 + 10
-    assert (on.first_token_s, on.finish_s) == pytest.approx((0.012, 0.032))
+    # overlap: GPU busy back to back after the first 2 ms CPU pass: 2 + 10 + 10 + 10 = 32 ms to the last token;
+    # the first token leaves once the prefill's GPU work (12 ms) and the next CPU pass (2 ms) are done
+    assert (on.first_token_s, on.finish_s) == pytest.approx((0.014, 0.032))
 
 
 def test_eos_finish_costs_one_extra_decode_row_under_overlap() -> None:
@@ -208,6 +209,11 @@ def test_fast_path_equals_step_by_step(overlap: bool, policy: str) -> None:
     fast = run(_workload(), fast=True, **kw)
     slow = run(_workload(), fast=False, **kw)
     assert fast.server.num_retractions > 0  # the workload exercises retraction
+    # ITL bookkeeping survives retractions: one gap per token after the first, summing to finish − first token
+    srv = fast.server
+    assert sum(srv.itl_w) == sum(r.output_len - 1 for r in srv.records)
+    total = sum(v * w for v, w in zip(srv.itl_vals, srv.itl_w))
+    assert total == pytest.approx(sum(r.finish_s - r.first_token_s for r in srv.records))
     assert sorted(fast.server.records, key=lambda r: r.rid) == sorted(slow.server.records, key=lambda r: r.rid)
     assert [(s.start_s, s.shape) for s in fast.steps] == [(s.start_s, s.shape) for s in slow.steps]
 

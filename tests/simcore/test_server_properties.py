@@ -72,6 +72,12 @@ def test_pool_never_overcommitted_and_tokens_accounted(raw: list, cfg: dict) -> 
         assert 0 <= rec.cached_tokens <= r.input_len - 1
         assert rec.first_token_s >= r.arrival_s and rec.finish_s >= rec.first_token_s
     assert srv.kv.used == 0 and srv.kv.private == 0 and srv.kv.protected == 0
+    done = [x for x in recs.values() if not x.aborted]
+    if len(done) == len(recs):
+        # one inter-token gap per token after the first, and a request's gaps add up to finish − first token
+        assert sum(srv.itl_w) == sum(x.output_len - 1 for x in done)
+        total = sum(v * w for v, w in zip(srv.itl_vals, srv.itl_w))
+        assert abs(total - sum(x.finish_s - x.first_token_s for x in done)) < 1e-6 * max(1.0, total)
     if srv.num_retractions == 0 and not any(x.aborted for x in recs.values()):
         # every prompt token is either computed once in a prefill step or served from the cache
         computed = sum(sum(st.shape.extend_lens) for st in res.steps)

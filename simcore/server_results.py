@@ -1,0 +1,96 @@
+"""Applying a launched batch's results, SGLang's ``process_batch_result`` (§2.1, §3.4): tokens, finishes, ITL.
+
+A mixin of :class:`simcore.server.Server` (it uses the server's queues, KV cache and counters), kept apart so the
+scheduling loop and the result side each read on their own.
+"""
+from __future__ import annotations
+
+from simcore.results import RequestRecord
+from simcore.server_state import Batch, Req
+
+
+class ResultProcessor:
+    """``_apply(batch, t)`` and what it triggers: first tokens, prompt checkpoints, ITL samples, finishes.
+
+    Mixed into Server, whose attributes it uses: ``kv``, ``F``, ``reqs``, ``events``, ``records``, ``deferred``,
+    ``res``, ``itl_vals``/``itl_w``, ``last_decode_apply(_g)``, ``detokenize_s``, ``on_finish``, ``env``.
+    """
+
+    def _apply(self, b: Batch, t: float) -> None:
+        # state changes now (t); the client sees the tokens at emit_t, never before earlier batches' tokens
+        base = b.emit_s if b.emit_s > self.emit_floor else self.emit_floor
+        self.emit_floor = base
+        emit_t = base + self.detokenize_s
+        kv = self.kv
+        for r in b.prefill_done:
+            if r.state not in ("run", "finishing"):
+                continue
+            if r.first_token_s is None:
+                r.first_token_s = emit_t
+            else:
+                self._itl(emit_t - r.last_emit_s, 1)
+            r.last_emit_s = emit_t
+            if r.state == "run" and r.node is not None:
+                r.node = kv.cache_unfinished(r.key, r.fill_target, r.node, t)
+        if b.n_emit or b.newcomers:
+            n_new = 0
+            for r in b.newcomers:
+                if r.dropped_bid == b.bid:
+                    continue
+                n_new += 1
+                self._itl(emit_t - r.last_emit_s, 1)
+            cont = b.n_emit - n_new
+            if cont > 0:
+                self._itl(emit_t - self.last_decode_apply, cont)
+            self.last_decode_apply = emit_t
+            self.last_decode_apply_g = b.g_after
+        for r in b.finishers:
+            if r.state != "finishing":
+                continue
+            del self.F[r.rid]
+            self.res.remove(r)
+            kv.cache_finished(r.key, r.input_len + r.o0 - 1, r.node, t, kv_tokens=r.held)
+            self._finish(r, emit_t, aborted=False)
+            self.batch_is_full = False
+
+    def _itl(self, v: float, w: int) -> None:
+        """One inter-token gap ``v`` (s) shared by ``w`` tokens."""
+        self.itl_vals.append(v)
+        self.itl_w.append(w)
+
+    def _finish(self, r: Req, t: float, aborted: bool) -> None:
+        r.state = "done"
+        first = r.first_token_s if r.first_token_s is not None else t
+        out = r.o0 if not aborted else max(r.o0, 0)
+        rec = RequestRecord(
+            rid=r.rid, arrival_s=r.spec.arrival_s, input_len=r.input_len, output_len=out,
+            cached_tokens=r.cached_tokens, first_token_s=first, finish_s=t, ttft_s=first - r.spec.arrival_s,
+            tpot_s=(t - first) / (out - 1) if out > 1 else None, e2e_s=t - r.spec.arrival_s,
+            queue_time_s=r.queue_time_s, num_retractions=r.num_retractions, aborted=aborted)
+        self.records.append(rec)
+        del self.reqs[r.rid]
+        if t > self.env.now:
+            # the client sees it later (detokenize_s, or an abort decided while the loop runs ahead of
+            # env.now): signal it at its own time; kept in the snapshot until then
+            self.deferred.append((t, rec))
+            self._late(t - self.env.now).callbacks.append(lambda _e: self._signal_deferred(rec))
+        else:
+            self._signal(rec)
+
+    def _signal_deferred(self, rec: RequestRecord) -> None:
+        self.deferred = [(t, x) for t, x in self.deferred if x is not rec]
+        self._signal(rec)
+
+    def _signal(self, rec: RequestRecord) -> None:
+        ev = self.events.pop(rec.rid, None)
+        if self.on_finish is not None:
+            self.on_finish(rec)
+        if ev is not None and not ev.triggered:
+            ev.succeed(rec)
+
+    def _abort(self, r: Req, t: float) -> None:
+        """A request that cannot fit even alone ("Out of memory even after retracting")."""
+        if r.node is not None:
+            self.kv.release(r.node, r.held)
+            r.node = None
+        self._finish(r, t, aborted=True)
