@@ -9,6 +9,8 @@ import argparse
 import importlib
 import sys
 
+from simcore.errors import UserError
+
 # (module name under shadowsim.commands, one-line help) in the order --help shows them.
 COMMANDS: list[tuple[str, str]] = [
     ("predict", "simulate an SGLang server on a workload and print TTFT/TPOT/throughput"),
@@ -66,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args._module.run(args) or 0)
+    except UserError as exc:  # one line naming the field and what to do; no traceback
+        print(f"shadowsim: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -56,14 +56,6 @@ def _topics(args: argparse.Namespace) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except UserError as exc:
-        print(f"shadowsim: error: {exc}", file=sys.stderr)
-        return 2
-
-
-def _run(args: argparse.Namespace) -> int:
     from streams.broker import EmbeddedBroker  # noqa: PLC0415
 
     topics = _topics(args)

@@ -53,14 +53,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except UserError as exc:
-        print(f"shadowsim: error: {exc}", file=sys.stderr)
-        return 2
-
-
-def _run(args: argparse.Namespace) -> int:
     from simcore.gpus import load_gpu
     from simcore.perf.calibrate import fit_e2e, fit_roofline, split_holdout
     from simcore.perf.profile import CalibrationProfile, default_profile

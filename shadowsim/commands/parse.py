@@ -58,14 +58,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except UserError as exc:
-        print(f"shadowsim: error: {exc}", file=sys.stderr)
-        return 2
-
-
-def _run(args: argparse.Namespace) -> int:
     if args.file == "-":
         # the format is sniffed from the first bytes and some formats are read whole: buffer stdin in a file
         with tempfile.TemporaryDirectory() as tmp:

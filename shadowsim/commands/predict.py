@@ -97,13 +97,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--quiet", "-q", action="store_true", help="no progress bar or warnings")
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except UserError as exc:
-        print(f"shadowsim: error: {exc}", file=sys.stderr)
-        return 2
-
 
 def _settings(args: argparse.Namespace, gpu_mem: int) -> Any:
     from pydantic import ValidationError
@@ -197,7 +190,7 @@ class _Progress:
         sys.stderr.write("\n")
 
 
-def _run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from simcore.engine import simulate
     from simcore.gpus import load_gpu
     from simcore.memory import max_running_requests, size_kv_pool

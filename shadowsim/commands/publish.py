@@ -64,13 +64,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout at the end")
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except UserError as exc:
-        print(f"shadowsim: error: {exc}", file=sys.stderr)
-        return 2
-
 
 def _check(args: argparse.Namespace) -> None:
     if not args.bootstrap_servers:
@@ -118,7 +111,7 @@ def _producer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return EventProducer(args.bootstrap_servers, args.topic)
 
 
-def _run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     _check(args)
     stop = threading.Event()
     main_thread = threading.current_thread() is threading.main_thread()  # signals only work there

@@ -46,13 +46,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except UserError as exc:
-        print(f"shadowsim: error: {exc}", file=sys.stderr)
-        return 2
-
 
 def read_rows(path: str | Path) -> list[Any]:
     """Read a measurement CSV into `simcore.perf.validation.Row`s (the file I/O stays out of simcore)."""
@@ -73,7 +66,7 @@ def _fmt(v: Any, nd: int = 1) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
 
 
-def _run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from simcore.perf.profile import CalibrationProfile
     from simcore.perf.validation import validate
 
