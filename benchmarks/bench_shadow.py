@@ -154,6 +154,7 @@ def _run(cfg: Any, recs: list[Any], paced: bool) -> dict[str, Any]:
     svc.source.last_i = 0  # type: ignore[attr-defined]
     n = svc.run(stop=stop, on_batch=hook, poll_timeout_s=0.0)
     wall = time.time() - src_start
+    assert n == len(recs), f"processed {n} of {len(recs)} records"  # a figure over a partial run would lie
     return {"events": sum(len(r.events) for r in recs), "records": n, "wall_s": wall,
             "apply_lag": apply_lag, "sim_lag": sim_lag, "service": svc}
 

@@ -1,0 +1,33 @@
+"""shadow.yaml: the example in docs/shadow.md loads, flags override it, and mistakes name the field."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from simcore.errors import UserError
+from shadowsim.shadow.config import load_config
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "shadow.md"
+
+
+def test_the_documented_example_loads(tmp_path: Path) -> None:
+    block = re.search(r"## shadow.yaml\n\n```yaml\n(.*?)```", DOC.read_text(), flags=re.S)
+    assert block is not None
+    path = tmp_path / "shadow.yaml"
+    path.write_text(block.group(1))
+    cfg = load_config(path, {"kafka.topic": "t1", "snapshot.every_s": 2.5, "kafka.group": None})
+    assert cfg.instance("anything").model == "Qwen/Qwen2.5-7B-Instruct"
+    assert cfg.instance("anything").settings["chunked_prefill_size"] == 8192
+    assert cfg.time.max_wait_s == 60.0 and cfg.drift.mape_threshold["tpot"] == 0.2
+    assert cfg.kafka.topic == "t1" and cfg.kafka.group == "shadowsim" and cfg.snapshot.every_s == 2.5
+
+
+def test_errors_name_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("time:\n  max_wait_s: -3\n")
+    with pytest.raises(UserError, match=r"time\.max_wait_s"):
+        load_config(path)
+    with pytest.raises(UserError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
