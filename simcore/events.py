@@ -18,7 +18,6 @@ This module is pure: no I/O, no clock.
 """
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -328,7 +327,3 @@ def event_json_schema() -> dict[str, Any]:
     schema.setdefault("title", "shadowsim Event")
     schema.setdefault("$schema", "https://json-schema.org/draft/2020-12/schema")
     return schema
-
-
-def event_json_schema_text() -> str:
-    return json.dumps(event_json_schema(), indent=2, sort_keys=True)

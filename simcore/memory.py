@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simcore.errors import UserError
-from simcore.settings import ServerSettings, VersionFamily, resolve
+from simcore.settings import ServerSettings, VersionFamily, _version_tuple, resolve, version_family
 
 if TYPE_CHECKING:  # the catalogues are only needed by size_kv_pool
     from simcore.gpus import GpuSpec
@@ -30,6 +30,9 @@ GiB = 1024**3
 MiB = 1024**2
 DEFAULT_CONTEXT_BYTES = int(0.95 * GiB)
 DEFAULT_LOAD_OVERHEAD_BYTES = int(0.2 * GiB)
+# SGLang PR #10975 (merged 2025-09-27, first released in 0.5.3) replaced the by-GPU-size table of
+# mem_fraction_static with the reserved-memory formula; 0.4.7 (PR #7054) … 0.5.2 still use the table.
+FIRST_FORMULA_VERSION = (0, 5, 3)
 # 0.5.23 captures prefill CUDA graphs; §4.1's H100 example has 58 buckets at 8 MiB each.
 DEFAULT_PREFILL_GRAPH_BUCKETS = 58
 KV_DTYPE_BYTES: dict[str, float] = {"auto": 2, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2,
@@ -44,7 +47,8 @@ def default_mem_fraction_static(gpu_memory_bytes: int, family: VersionFamily, tp
     """SGLang's default ``mem_fraction_static`` (§4.1), rounded to 3 decimals as SGLang does.
 
     0.5.x: reserved MiB = 512 + 1.5 × activation tokens + TP·PP/8 GiB + 2 × decode max_bs (+ 0.5.23's prefill
-    graphs, 8 MiB per bucket, +1.5 GiB for MLA), at least 10 GiB on GPUs over 60 GiB. 0.4.x: a table by GPU size.
+    graphs, 8 MiB per bucket, +1.5 GiB for MLA), at least 10 GiB on GPUs over 60 GiB. 0.4.x (and 0.5.0–0.5.2, see
+    `mem_fraction_family`): a table by GPU size.
     ``chunked_prefill_size`` None or ≤ 0 means chunking is off (activations sized by ``max_prefill_tokens``).
     """
     mem_mb = gpu_memory_bytes / MiB
@@ -68,6 +72,14 @@ def default_mem_fraction_static(gpu_memory_bytes: int, family: VersionFamily, tp
         if mem_mb > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
     return round((mem_mb - reserved) / mem_mb, 3)
+
+
+def mem_fraction_family(sglang_version: str) -> VersionFamily:
+    """The rule set of the default ``mem_fraction_static`` for a version: the 0.4 table up to 0.5.2 (the
+    formula arrived in 0.5.3, see ``FIRST_FORMULA_VERSION``), else the version's own family."""
+    if _version_tuple(sglang_version) < FIRST_FORMULA_VERSION:
+        return "0.4"
+    return version_family(sglang_version)
 
 
 def kv_tokens_from_measured(available_before_load_bytes: float, available_after_load_bytes: float,
@@ -154,8 +166,8 @@ def size_kv_pool(model: "ModelSpec", gpu: "GpuSpec", settings: ServerSettings,
     frac = s.mem_fraction_static
     if frac is None:
         frac = default_mem_fraction_static(
-            gpu.memory_bytes, s.family, s.tp_size, s.chunked_prefill_size, s.cuda_graph_max_bs or 160,
-            pp_size=s.pp_size, max_prefill_tokens=s.max_prefill_tokens, is_mla=model.is_mla)
+            gpu.memory_bytes, mem_fraction_family(s.sglang_version), s.tp_size, s.chunked_prefill_size,
+            s.cuda_graph_max_bs or 160, pp_size=s.pp_size, max_prefill_tokens=s.max_prefill_tokens, is_mla=model.is_mla)
     tokens = max_total_num_tokens(gpu.memory_bytes, weights, cell, frac, s.page_size, s.max_total_tokens)
     ctx = s.context_length or model.context_length
     return KVPoolSizing(frac, tokens, max_running_requests(tokens, ctx, s.max_running_requests, s.dp_size, s.family),

@@ -173,17 +173,23 @@ class RadixCache:
         n = min(key_len, max(0, max_tokens) // self.key_unit)
         return n - n % self.g
 
+    def _begin_walk(self, key: Sequence[int], max_tokens: int,
+                    now: float) -> tuple[tuple[int, ...], int, tuple[float, int]]:
+        """The start both walks share: ``key`` cut to at most ``max_tokens`` (whole pages of key elements), its
+        length in elements, and a fresh LRU stamp, with which the root is touched."""
+        key = key if isinstance(key, tuple) else tuple(key)
+        n = self._max_elems(len(key), max_tokens)
+        stamp = self._stamp(now)
+        self.root.last_access, self.root.tick = stamp
+        return key[:n], n, stamp
+
     # ---- match / insert -------------------------------------------------------------------------------
     def match_prefix(self, key: Sequence[int], max_prefix_len: int, now: float) -> MatchResult:
         """Longest cached prefix of ``key``, page-aligned, at most ``max_prefix_len`` tokens; touches the path."""
         if self.disable or not key:
             return MatchResult(0, self.root)
-        key = key if isinstance(key, tuple) else tuple(key)
-        n = self._max_elems(len(key), max_prefix_len)
-        key = key[:n]
-        stamp = self._stamp(now)
+        key, n, stamp = self._begin_walk(key, max_prefix_len, now)
         node = self.root
-        node.last_access, node.tick = stamp
         pos = 0
         while pos < n:
             child = node.children.get(self._child_key(key, pos))
@@ -207,12 +213,8 @@ class RadixCache:
         """
         if self.disable or not key:
             return 0, self.root
-        key = key if isinstance(key, tuple) else tuple(key)
-        n = self._max_elems(len(key), num_tokens)
-        key = key[:n]
-        stamp = self._stamp(now)
+        key, n, stamp = self._begin_walk(key, num_tokens, now)
         node = self.root
-        node.last_access, node.tick = stamp
         pos = 0
         while pos < n:
             ck = self._child_key(key, pos)

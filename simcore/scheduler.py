@@ -59,24 +59,14 @@ class NewTokenRatio:
     __slots__ = ("init", "min", "decay", "current")
 
     def __init__(self, settings: ServerSettings) -> None:
-        self.init = min(settings.init_new_token_ratio * settings.schedule_conservativeness, 1.0)
-        self.min = min(self.init * settings.min_new_token_ratio_factor, 1.0)
-        self.decay = (self.init - self.min) / settings.new_token_ratio_decay_steps
+        self.init = settings.initial_new_token_ratio
+        self.min = settings.min_new_token_ratio
+        self.decay = settings.new_token_ratio_decay
         self.current = self.init
 
-    def decay_step(self, steps: int = 1) -> None:
-        """Called once per decode step that did not retract; ``steps`` applies several at once (fast path)."""
-        self.current = max(self.current - self.decay * steps, self.min) if steps == 1 else \
-            self._decay_n(steps)
-
-    def _decay_n(self, steps: int) -> float:
-        # Repeated subtraction, not ``current - n*decay``: float rounding must match the step-by-step loop.
-        c = self.current
-        for _ in range(steps):
-            c = max(c - self.decay, self.min)
-            if c == self.min:
-                break
-        return c
+    def decay_step(self) -> None:
+        """Called once per decode step that did not retract."""
+        self.current = max(self.current - self.decay, self.min)
 
     def reset(self) -> None:
         """Scheduler.on_idle(): back to the initial value."""

@@ -108,12 +108,19 @@ class ServerSettings(BaseModel):
         return self.chunked_prefill_size is not None and self.chunked_prefill_size > 0
 
     @property
+    def initial_new_token_ratio(self) -> float:
+        """``new_token_ratio`` at start and after idle (§2.6): ``min(init × schedule_conservativeness, 1)``."""
+        return min(self.init_new_token_ratio * self.schedule_conservativeness, 1.0)
+
+    @property
     def min_new_token_ratio(self) -> float:
-        return min(self.init_new_token_ratio * self.min_new_token_ratio_factor, 1.0)
+        """The floor of the decay (§2.6): ``min(initial × min_new_token_ratio_factor, 1)``."""
+        return min(self.initial_new_token_ratio * self.min_new_token_ratio_factor, 1.0)
 
     @property
     def new_token_ratio_decay(self) -> float:
-        return (self.init_new_token_ratio - self.min_new_token_ratio) / self.new_token_ratio_decay_steps
+        """Decrease per decode step that did not retract (§2.6)."""
+        return (self.initial_new_token_ratio - self.min_new_token_ratio) / self.new_token_ratio_decay_steps
 
     @property
     def policy(self) -> str:

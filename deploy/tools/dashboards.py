@@ -15,6 +15,8 @@ from typing import Any
 DS = {"type": "prometheus", "uid": "${datasource}"}
 SEL = 'cluster=~"$cluster", model=~"$model", instance=~"$instance"'
 SGL = 'cluster=~"$cluster", model_name=~"$model", instance=~"$instance"'
+# Pipeline metrics (lag, ingest, dead letters) have no model label.
+PIPE = 'cluster=~"$cluster", instance=~"$instance"'
 RI = "$__rate_interval"
 
 Panel = dict[str, Any]
@@ -129,7 +131,7 @@ def overview() -> dict[str, Any]:
           [(f'max(shadowsim_prediction_mape_ratio{{{SEL}, metric="tpot", mode="free"}})', "TPOT")],
           "percentunit", w=6, h=4)
     L.add("stat", "Max shadow lag", "Largest wall-time minus simulated-event-time over all twins.",
-          [(f'max(shadowsim_shadow_lag_seconds{{cluster=~"$cluster", instance=~"$instance"}})', "lag")],
+          [(f"max(shadowsim_shadow_lag_seconds{{{PIPE}}})", "lag")],
           "s", w=6, h=4)
     L.row("Predicted vs actual, whole fleet")
     L.add("timeseries", "Output throughput (tokens/s)",
@@ -218,22 +220,21 @@ def instance() -> dict[str, Any]:
 
 def pipeline() -> dict[str, Any]:
     L = _Layout()
-    pipe = 'cluster=~"$cluster", instance=~"$instance"'
     L.row("Ingest")
     L.add("timeseries", "Events applied/s", "Events applied to each twin per second.",
-          [(f"sum by (instance) (rate(shadowsim_events_processed_total{{{pipe}}}[{RI}]))", "{{instance}}")],
+          [(f"sum by (instance) (rate(shadowsim_events_processed_total{{{PIPE}}}[{RI}]))", "{{instance}}")],
           "none", w=8)
     L.add("timeseries", "Late events/s", "Events that arrived behind the watermark, per second.",
-          [(f"sum by (instance) (rate(shadowsim_events_late_total{{{pipe}}}[{RI}]))", "{{instance}}")],
+          [(f"sum by (instance) (rate(shadowsim_events_late_total{{{PIPE}}}[{RI}]))", "{{instance}}")],
           "none", w=8)
     L.add("timeseries", "Dead letters/s", "Records sent to the dead-letter topic per second, by reason.",
           [(f'sum by (reason) (rate(shadowsim_events_dead_lettered_total{{cluster=~"$cluster"}}[{RI}]))',
             "{{reason}}")], "none", w=8)
     L.row("Freshness")
     L.add("timeseries", "Shadow lag", "Wall time minus the event time the twin has simulated up to.",
-          [(f"shadowsim_shadow_lag_seconds{{{pipe}}}", "{{instance}}")], "s", w=8)
+          [(f"shadowsim_shadow_lag_seconds{{{PIPE}}}", "{{instance}}")], "s", w=8)
     L.add("timeseries", "Time since last event", "Seconds since the twin applied its last event.",
-          [(f"time() - shadowsim_last_event_timestamp_seconds{{{pipe}}}", "{{instance}}")], "s", w=8)
+          [(f"time() - shadowsim_last_event_timestamp_seconds{{{PIPE}}}", "{{instance}}")], "s", w=8)
     L.add("timeseries", "Targets up", "Scrape health of shadowsim and the SGLang servers it shadows.",
           [('up{job=~"shadowsim|sglang", cluster=~"$cluster"}', "{{job}} {{instance}}"),
            (f"sum(shadowsim_twin_up{{{SEL}}})", "twins")], "none", w=8)

@@ -6,9 +6,11 @@ measured_tpot_ms, measured_throughput_rps; blanks allowed; an optional max_total
 pool to what the server reported). shadowsim simulates the same benchmark and prints, per row, predicted vs
 measured mean TTFT, mean TPOT and throughput, then MAPE, median and P90 absolute percentage error (percent).
 
-Protocol: with `concurrency` and no `request_rate`, a closed loop of `concurrency` clients sending
-back-to-back requests of exactly isl/osl tokens (random content, ignore_eos), 10 × concurrency requests unless
-num_requests is given; otherwise Poisson arrivals at request_rate. Statistics as bench_serving computes them.
+Protocol (aiconfigurator's generated aiperf benchmark; docs/accuracy.md §3.1): with `concurrency` and no
+`request_rate`, a closed loop of `concurrency` clients sending back-to-back requests of isl/osl tokens (random
+content, ignore_eos) to the chat endpoint, whose template adds a few prompt tokens; 2 × concurrency warm-up
+requests are simulated and left out, then 20 × concurrency requests (or num_requests) are measured. Otherwise
+Poisson arrivals at request_rate. Mean TTFT, mean per-request TPOT, throughput over the measured requests.
 Rows that cannot be simulated (unknown model or GPU, expert parallelism, DP attention) are listed as skipped
 with the reason; they never stop the run. See docs/accuracy.md.
 
@@ -43,6 +45,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency-backend", default="auto", choices=("auto", "table", "roofline"),
                         help="auto = measured per-op tables when the GPU has them, else roofline")
     parser.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
+    parser.add_argument("--requests-per-client", type=int, default=None, metavar="N",
+                        help="closed loop: measured requests per client when a row has no num_requests "
+                             "(default 20, aiperf --num-requests C×20)")
+    parser.add_argument("--warmup-per-client", type=int, default=None, metavar="N",
+                        help="closed loop: warm-up requests per client, simulated but not measured "
+                             "(default 2, aiperf --warmup-request-count C×2; 0 = none)")
+    parser.add_argument("--prompt-overhead-tokens", type=int, default=None, metavar="N",
+                        help="tokens the server adds to every isl-token prompt (default 8: a ChatML chat "
+                             "template around one user turn; 0 for /generate with token ids)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
 
 
@@ -68,8 +79,15 @@ def _fmt(v: Any, nd: int = 1) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from simcore.perf.profile import CalibrationProfile
-    from simcore.perf.validation import validate
+    from simcore.perf.validation import Protocol, validate
 
+    defaults = Protocol()
+    protocol = Protocol(
+        requests_per_client=defaults.requests_per_client if args.requests_per_client is None
+        else args.requests_per_client,
+        warmup_per_client=defaults.warmup_per_client if args.warmup_per_client is None else args.warmup_per_client,
+        prompt_overhead_tokens=defaults.prompt_overhead_tokens if args.prompt_overhead_tokens is None
+        else args.prompt_overhead_tokens)
     rows = read_rows(args.measurements)
     profile = CalibrationProfile.load(args.profile) if args.profile else None
 
@@ -77,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"[{i + 1}/{n}] {row.id}", file=sys.stderr, flush=True)
 
-    out = validate(rows, profile=profile, backend=args.latency_backend, seed=args.seed, progress=progress)
+    out = validate(rows, profile=profile, backend=args.latency_backend, seed=args.seed, protocol=protocol,
+                   progress=progress)
     out.pop("_results", None)
     if args.out:
         _write_rows(args.out, out["rows"])

@@ -10,7 +10,6 @@ All results are seconds per call for one rank; curves are memoized per shape so 
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from simcore.gpus import GpuSpec
@@ -210,7 +209,3 @@ class TableCosts:
 
     def elementwise_s(self, byts: float, kernels: int) -> float:
         return self.roof.elementwise_s(byts, kernels)
-
-
-def is_finite_positive(x: float) -> bool:
-    return math.isfinite(x) and x > 0

@@ -2,17 +2,21 @@
 
 The measurement-file format (``../shared/data/validation/*.csv``): ``id, model, gpu, precision, tp, ep,
 dp_attention, isl, osl, concurrency, request_rate, num_requests, sglang_version, measured_ttft_ms,
-measured_tpot_ms, measured_throughput_rps``; blanks allowed.
+measured_tpot_ms, measured_throughput_rps``; blanks allowed; optional ``max_total_tokens``.
 
-Benchmark protocol (bench_serving, random dataset; see docs/accuracy.md):
+Benchmark protocol (docs/accuracy.md §3.1 gives the sources): the one aiconfigurator generates for its SGLang
+deployments (``bench_run.sh``: aiperf, chat endpoint, streaming, ``ignore_eos``, zero length spread):
 
 - closed loop when ``concurrency`` is set and ``request_rate`` is blank or ``inf``: ``concurrency`` clients send
-  back-to-back requests of exactly ``isl`` prompt and ``osl`` output tokens (``ignore_eos``, random content so
-  nothing hits the prefix cache); open loop otherwise: Poisson arrivals at ``request_rate``;
-- ``num_requests`` when given, else ``REQUESTS_PER_CLIENT`` × concurrency (closed) or 200 (open);
-- bench_serving's single warm-up request is not part of the statistics (nor simulated: random content leaves
-  nothing reusable); statistics over all benchmark requests as bench_serving computes them: mean TTFT, mean
-  TPOT = mean over requests of (e2e − TTFT)/(osl − 1), throughput = completed / (last finish − first arrival).
+  back-to-back requests of ``isl`` prompt and ``osl`` output tokens (random content, nothing hits the prefix
+  cache); open loop otherwise: Poisson arrivals at ``request_rate``;
+- the server sees ``isl + prompt_overhead_tokens`` prompt tokens: the chat endpoint wraps the prompt in the
+  model's chat template (ChatML: ``<|im_start|>user\n`` … ``<|im_end|>\n<|im_start|>assistant\n``, 8 tokens);
+- closed loop: ``WARMUP_PER_CLIENT`` × concurrency warm-up requests first (aiperf ``--warmup-request-count``),
+  simulated but left out of the statistics, then ``num_requests`` when given, else ``REQUESTS_PER_CLIENT`` ×
+  concurrency (aiperf ``--num-requests``); open loop: ``num_requests`` or 200, no warm-up;
+- statistics over the profiled requests: mean TTFT; mean TPOT = mean over requests of (e2e − TTFT)/(osl − 1);
+  throughput = completed / (last finish − first arrival).
 """
 from __future__ import annotations
 
@@ -25,12 +29,19 @@ import numpy as np
 from simcore.errors import UserError
 from simcore.perf.profile import CalibrationProfile
 
-REQUESTS_PER_CLIENT = 10  # bench sweeps commonly send 10 × concurrency prompts (e.g. InferenceMAX)
+# aiconfigurator's generated benchmark (bench_run.sh.j2): --num-requests C × 20, --warmup-request-count C × 2
+REQUESTS_PER_CLIENT = 20
+WARMUP_PER_CLIENT = 2
+# The chat template around a one-turn prompt (ChatML, Qwen family): <|im_start|> user \n … <|im_end|> \n
+# <|im_start|> assistant \n. Exact powers of two (1024 × 16 = 2 × 8192) would otherwise fill prefill chunks exactly,
+# which a real server never sees.
+PROMPT_OVERHEAD_TOKENS = 8
 OPEN_LOOP_REQUESTS = 200
 COLUMNS = ("id", "model", "gpu", "precision", "tp", "ep", "dp_attention", "isl", "osl", "concurrency",
            "request_rate", "num_requests", "sglang_version", "measured_ttft_ms", "measured_tpot_ms",
            "measured_throughput_rps")
 METRICS = ("ttft", "tpot", "throughput")
+_RID = "req-"
 
 
 @dataclass(frozen=True)
@@ -98,6 +109,7 @@ class RowResult:
     predicted: dict[str, float]
     ape: dict[str, float | None] = field(default_factory=dict)
     wall_s: float = 0.0
+    requests: int = 0  # measured (non-warm-up, completed) requests behind the statistics
 
     def to_dict(self) -> dict[str, Any]:
         r = self.row
@@ -145,8 +157,25 @@ def unsupported_reason(row: Row) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Protocol:
+    """How the benchmark client ran (see the module docstring); the defaults are aiconfigurator's."""
+
+    requests_per_client: int = REQUESTS_PER_CLIENT
+    warmup_per_client: int = WARMUP_PER_CLIENT
+    prompt_overhead_tokens: int = PROMPT_OVERHEAD_TOKENS
+
+    def __post_init__(self) -> None:
+        if self.requests_per_client < 1:
+            raise UserError("--requests-per-client", f"must be >= 1, got {self.requests_per_client}")
+        if self.warmup_per_client < 0:
+            raise UserError("--warmup-per-client", f"must be >= 0, got {self.warmup_per_client}")
+        if self.prompt_overhead_tokens < 0:
+            raise UserError("--prompt-overhead-tokens", f"must be >= 0, got {self.prompt_overhead_tokens}")
+
+
 def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend: str = "auto",
-                 seed: int = 0, requests_per_client: int = REQUESTS_PER_CLIENT) -> RowResult:
+                 seed: int = 0, protocol: Protocol | None = None) -> RowResult:
     """Run the row's benchmark in the simulator. Raises UserError when the model/GPU/precision is unknown."""
     from simcore.engine import simulate
     from simcore.gpus import load_gpu
@@ -163,15 +192,20 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
                                       max_total_tokens=row.max_total_tokens), gpu.memory_bytes)
     pool = size_kv_pool(model, gpu, settings, precision)
     latency = build_latency_model(model, gpu, row.tp, precision, backend=backend, profile=profile)
+    p = protocol or Protocol()
+    prompt = row.isl + p.prompt_overhead_tokens
+    warmup = 0
     if row.concurrency is not None and row.request_rate is None:
-        n = row.num_requests or requests_per_client * row.concurrency
-        workload: Any = ClosedLoop(row.concurrency, n, row.isl, row.osl, seed)
+        n = row.num_requests or p.requests_per_client * row.concurrency
+        warmup = p.warmup_per_client * row.concurrency
+        workload: Any = ClosedLoop(row.concurrency, warmup + n, prompt, row.osl, seed, rid_prefix=_RID)
     else:
         n = row.num_requests or OPEN_LOOP_REQUESTS
-        workload = OpenLoop(float(row.request_rate or 1.0), n, row.isl, row.osl, seed)
+        workload = OpenLoop(float(row.request_rate or 1.0), n, prompt, row.osl, seed, rid_prefix=_RID)
     res = simulate(settings, latency, workload, kv_capacity_tokens=pool.max_total_num_tokens, seed=seed,
                    max_running_requests=pool.max_running_requests, context_len=pool.context_len)
-    recs = [r for r in res.records if not r.aborted]
+    # requests are numbered in sending order, so the warm-up ones are the first `warmup`
+    recs = [r for r in res.records if not r.aborted and int(r.rid[len(_RID):]) >= warmup]
     if not recs:
         raise UserError("MEASUREMENTS", f"row {row.id}: no request completed in the simulation",
                         "the model may not fit on this GPU/TP")
@@ -182,11 +216,12 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
         "tpot": float(np.mean(tpots)) * 1e3 if tpots else float("nan"),
         "throughput": len(recs) / span if span > 0 else float("nan"),
     }
-    return RowResult(row, pred, {m: ape(pred[m], row.measured.get(m)) for m in METRICS})
+    return RowResult(row, pred, {m: ape(pred[m], row.measured.get(m)) for m in METRICS}, requests=len(recs))
 
 
 def validate(rows: list[Row], *, profile: CalibrationProfile | None = None, backend: str = "auto",
-             seed: int = 0, simulate_fn: Callable[..., RowResult] | None = None,
+             seed: int = 0, protocol: Protocol | None = None,
+             simulate_fn: Callable[..., RowResult] | None = None,
              progress: Callable[[int, int, Row], None] | None = None) -> dict[str, Any]:
     """Simulate every row; a row that cannot be simulated is skipped with its reason, never raised.
 
@@ -202,7 +237,7 @@ def validate(rows: list[Row], *, profile: CalibrationProfile | None = None, back
         reason = unsupported_reason(row)
         if reason is None:
             try:
-                results.append(fn(row, profile=profile, backend=backend, seed=seed))
+                results.append(fn(row, profile=profile, backend=backend, seed=seed, protocol=protocol))
                 continue
             except UserError as exc:
                 reason = str(exc)

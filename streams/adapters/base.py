@@ -117,15 +117,6 @@ def to_float(text: str) -> float:
     return f
 
 
-def to_bool(text: str) -> bool:
-    t = text.strip()
-    if t in ("True", "true", "1"):
-        return True
-    if t in ("False", "false", "0"):
-        return False
-    raise ValueError(f"not a boolean: {text!r}")
-
-
 def finite(x: Any) -> float | None:
     """A JSON number as a finite float, else None (also for bools and strings that are not numbers)."""
     if isinstance(x, bool) or x is None:

@@ -202,6 +202,18 @@ def from_json(obj: dict[str, Any], ctx: ParseContext) -> LineResult:
     return None
 
 
+def _sampling_params(text: str) -> dict[str, Any]:
+    """``max_new_tokens`` and ``ignore_eos`` found in the repr of a request object (absent ones left out)."""
+    sp: dict[str, Any] = {}
+    mm = _MAX_NEW.search(text)
+    if mm:
+        sp["max_new_tokens"] = int(mm.group(1))
+    ie = _IGNORE_EOS.search(text)
+    if ie:
+        sp["ignore_eos"] = ie.group(1) == "True"
+    return sp
+
+
 def _receive_text(msg: str, ctx: ParseContext) -> LineResult:
     m = _RID.search(msg)
     ids_m = _INPUT_IDS.search(msg)
@@ -211,13 +223,7 @@ def _receive_text(msg: str, ctx: ParseContext) -> LineResult:
         ids = [int(x) for x in ids_m.group(1).replace(" ", "").split(",") if x]
     except ValueError:
         return "request_arrived: unreadable input_ids"
-    obj: dict[str, Any] = {"rid": m.group(1), "input_ids": ids, "sampling_params": {}}
-    mm = _MAX_NEW.search(msg)
-    if mm:
-        obj["sampling_params"]["max_new_tokens"] = int(mm.group(1))
-    ie = _IGNORE_EOS.search(msg)
-    if ie:
-        obj["sampling_params"]["ignore_eos"] = ie.group(1) == "True"
+    obj: dict[str, Any] = {"rid": m.group(1), "input_ids": ids, "sampling_params": _sampling_params(msg)}
     pr = _PRIORITY.search(msg)
     if pr:
         obj["priority"] = int(pr.group(1))
@@ -238,17 +244,11 @@ def _finish_text(msg: str, ctx: ParseContext) -> LineResult:
         return "Finish line: meta_info is not a Python literal"
     if not isinstance(meta, dict):
         return "Finish line: meta_info is not a dict"
-    params: dict[str, Any] = {"sampling_params": {}}
     obj_part = msg[:i]
     m = _RID.search(obj_part)
     if m and "id" not in meta:
         meta["id"] = m.group(1)
-    mm = _MAX_NEW.search(obj_part)
-    if mm:
-        params["sampling_params"]["max_new_tokens"] = int(mm.group(1))
-    ie = _IGNORE_EOS.search(obj_part)
-    if ie:
-        params["sampling_params"]["ignore_eos"] = ie.group(1) == "True"
+    params: dict[str, Any] = {"sampling_params": _sampling_params(obj_part)}
     return from_meta_info(meta, ctx, params=params, finish_ts=ctx.last_ts)
 
 

@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 from streams.adapters import request_log
-from streams.adapters.base import LineResult, ParseContext, build, to_bool, to_float, to_int
+from streams.adapters.base import LineResult, ParseContext, build, to_float, to_int
 from streams.adapters.log_prefix import split_header
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -28,44 +28,38 @@ _BATCH = re.compile(r"(Prefill?|Decode) batch(?: ?\[(\d+)\])?[.,]? ?")
 _SERVER_ARG = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,()\[\]{}]*)")
 
 
-# Prefill-line keys -> (event field, converter). Unknown keys are ignored on purpose: new SGLang releases add
-# fields (PD, MFU, occupancy) and we must keep parsing the ones we know.
-_PCT = "pct"
-_PREFILL_KEYS: dict[str, tuple[str, Any]] = {
-    "#new-seq": ("new_seqs", to_int),
-    "#new-token": ("new_tokens", to_int),
-    "#cached-token": ("cached_tokens", to_int),
-    "token usage": ("token_usage", to_float),
-    "full token usage": ("token_usage", to_float),
-    "swa token usage": ("swa_token_usage", to_float),
-    "mamba usage": ("mamba_usage", to_float),
-    "#running-req": ("running_reqs", to_int),
-    "#queue-req": ("queue_reqs", to_int),
-    "#pending-token": ("pending_tokens", to_int),
-    "cache hit rate": ("cache_hit_rate", _PCT),
-    "input throughput (token/s)": ("input_throughput_tok_s", to_float),
-    "cuda graph": ("cuda_graph", to_bool),
-    "cpu graph": ("cuda_graph", to_bool),
-    "npu graph": ("cuda_graph", to_bool),
-    "musa graph": ("cuda_graph", to_bool),
+# Batch-line keys -> event field. Unknown keys are ignored on purpose: new SGLang releases add fields (PD, MFU,
+# occupancy) and we must keep parsing the ones we know. Values are converted by pydantic (see ``_batch``).
+_GRAPH_KEYS = dict.fromkeys(("cuda graph", "cpu graph", "npu graph", "musa graph"), "cuda_graph")
+_PREFILL_FIELDS: dict[str, str] = {
+    "#new-seq": "new_seqs",
+    "#new-token": "new_tokens",
+    "#cached-token": "cached_tokens",
+    "token usage": "token_usage",
+    "full token usage": "token_usage",
+    "swa token usage": "swa_token_usage",
+    "mamba usage": "mamba_usage",
+    "#running-req": "running_reqs",
+    "#queue-req": "queue_reqs",
+    "#pending-token": "pending_tokens",
+    "cache hit rate": "cache_hit_rate",  # a fraction, or a percentage before 0.4.x (see ``_batch``)
+    "input throughput (token/s)": "input_throughput_tok_s",
+    **_GRAPH_KEYS,
 }
-_DECODE_KEYS: dict[str, tuple[str, Any]] = {
-    "#running-req": ("running_reqs", to_int),
-    "#token": ("kv_tokens", to_int),
-    "#full token": ("kv_tokens", to_int),
-    "token usage": ("token_usage", to_float),
-    "full token usage": ("token_usage", to_float),
-    "#swa token": ("swa_tokens", to_int),
-    "swa token usage": ("swa_token_usage", to_float),
-    "accept len": ("accept_len", to_float),
-    "accept rate": ("accept_rate", to_float),
-    "gen throughput (token/s)": ("gen_throughput_tok_s", to_float),
-    "#queue-req": ("queue_reqs", to_int),
-    "#retracted-req": ("retracted_reqs", to_int),
-    "cuda graph": ("cuda_graph", to_bool),
-    "cpu graph": ("cuda_graph", to_bool),
-    "npu graph": ("cuda_graph", to_bool),
-    "musa graph": ("cuda_graph", to_bool),
+_DECODE_FIELDS: dict[str, str] = {
+    "#running-req": "running_reqs",
+    "#token": "kv_tokens",
+    "#full token": "kv_tokens",
+    "token usage": "token_usage",
+    "full token usage": "token_usage",
+    "#swa token": "swa_tokens",
+    "swa token usage": "swa_token_usage",
+    "accept len": "accept_len",
+    "accept rate": "accept_rate",
+    "gen throughput (token/s)": "gen_throughput_tok_s",
+    "#queue-req": "queue_reqs",
+    "#retracted-req": "retracted_reqs",
+    **_GRAPH_KEYS,
 }
 _PREFILL_REQUIRED = ("new_seqs", "new_tokens", "cached_tokens")
 _DECODE_REQUIRED = ("running_reqs",)
@@ -113,12 +107,15 @@ def _kv_pairs(body: str) -> dict[str, str]:
 # "7", "0.81", "True" and rejects "x", "nan", negatives with a message naming the field — faster than converting in
 # Python, and the same checks as for every other source.
 _ITEM = re.compile(r"\s*([^,:]+?): ([^,]*)")
-_PREFILL_FIELDS: dict[str, str] = {k: f for k, (f, _c) in _PREFILL_KEYS.items()}
-_DECODE_FIELDS: dict[str, str] = {k: f for k, (f, _c) in _DECODE_KEYS.items()}
 
 
-def _batch(kind: str, body: str, it: str | None, ranks: dict[str, int], ctx: ParseContext) -> LineResult:
-    fields = _PREFILL_FIELDS if kind == "prefill_batch" else _DECODE_FIELDS
+# The rank labels retraction and server_config events carry (batch events carry every rank label).
+_TP_DP = ("tp_rank", "dp_rank")
+
+
+def _envelope(ctx: ParseContext, ranks: dict[str, int], rank_keys: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The fields every event of one log line starts with: time, instance, source, line id, and the rank labels
+    of the line's prefix (``rank_keys``: those the event kind has; None: all of them)."""
     data: dict[str, Any] = {
         "ts": ctx.ts,
         "instance_id": ctx.instance_id,
@@ -126,7 +123,16 @@ def _batch(kind: str, body: str, it: str | None, ranks: dict[str, int], ctx: Par
         "event_id": ctx.line_event_id(),
     }
     if ranks:
-        data.update(ranks)
+        if rank_keys is None:
+            data.update(ranks)
+        else:
+            data.update((k, ranks[k]) for k in rank_keys if k in ranks)
+    return data
+
+
+def _batch(kind: str, body: str, it: str | None, ranks: dict[str, int], ctx: ParseContext) -> LineResult:
+    fields = _PREFILL_FIELDS if kind == "prefill_batch" else _DECODE_FIELDS
+    data = _envelope(ctx, ranks)
     if it is not None:
         data["forward_iter"] = it
     for k, v in _ITEM.findall(body):
@@ -149,17 +155,7 @@ def _batch(kind: str, body: str, it: str | None, ranks: dict[str, int], ctx: Par
 
 def _retraction(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineResult:
     pairs = _kv_pairs(msg[msg.index("#retracted_reqs"):])
-    data: dict[str, Any] = {
-        "kind": "retraction",
-        "ts": ctx.ts,
-        "instance_id": ctx.instance_id,
-        "source": ctx.source or None,
-        "event_id": ctx.line_event_id(),
-    }
-    if "dp_rank" in ranks:
-        data["dp_rank"] = ranks["dp_rank"]
-    if "tp_rank" in ranks:
-        data["tp_rank"] = ranks["tp_rank"]
+    data = _envelope(ctx, ranks, _TP_DP)
     try:
         if "#retracted_reqs" in pairs:
             data["num_retracted"] = to_int(pairs["#retracted_reqs"])
@@ -180,24 +176,9 @@ def _retraction(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineResul
     return build("retraction", data)
 
 
-def _config_base(ctx: ParseContext, ranks: dict[str, int]) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "kind": "server_config",
-        "ts": ctx.ts,
-        "instance_id": ctx.instance_id,
-        "source": ctx.source or None,
-        "event_id": ctx.line_event_id(),
-    }
-    if "tp_rank" in ranks:
-        data["tp_rank"] = ranks["tp_rank"]
-    if "dp_rank" in ranks:
-        data["dp_rank"] = ranks["dp_rank"]
-    return data
-
-
 def _startup_totals(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineResult:
     """``max_total_num_tokens=N, chunked_prefill_size=..., ..., available_gpu_mem=6.22 GB`` (any subset)."""
-    data = _config_base(ctx, ranks)
+    data = _envelope(ctx, ranks, _TP_DP)
     for item in msg.split(","):
         k, eq, v = item.partition("=")
         k, v = k.strip(), v.strip()
@@ -218,7 +199,7 @@ def _startup_totals(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineR
 def _kv_allocated(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineResult:
     """``KV Cache is allocated. [dtype: torch.bfloat16, ]#tokens: N, K size: x GB, V size: y GB``."""
     pairs = _kv_pairs(msg.partition(". ")[2])
-    data = _config_base(ctx, ranks)
+    data = _envelope(ctx, ranks, _TP_DP)
     try:
         if "dtype" in pairs:
             data["kv_cache_dtype"] = pairs["dtype"].removeprefix("torch.")
@@ -228,13 +209,13 @@ def _kv_allocated(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineRes
             to_int(pairs["#tokens"])  # validated, not stored: hybrid models allocate several pools
     except (ValueError, IndexError) as exc:
         return f"server_config: KV Cache line: {exc}"
-    if len(data) == len(_config_base(ctx, ranks)):
+    if len(data) == len(_envelope(ctx, ranks, _TP_DP)):
         return "server_config: KV Cache line without dtype or sizes"
     return build("server_config", data)
 
 
 def _server_args(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineResult:
-    data = _config_base(ctx, ranks)
+    data = _envelope(ctx, ranks, _TP_DP)
     for name, raw in _SERVER_ARG.findall(msg):
         field = _SERVER_ARGS_MAP.get(name)
         if field is None:

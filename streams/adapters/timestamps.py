@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import calendar
 import re
-from datetime import datetime, timezone
+from datetime import datetime
 
 _DAY_CACHE: dict[tuple[int, int, int], float] = {}
 
@@ -56,8 +56,3 @@ def parse_iso(text: str) -> float | None:
         hh, mm = int(tz[1:3]), int(tz[-2:])
         ts -= sign * (hh * 3600 + mm * 60)
     return ts
-
-
-def format_utc(ts: float) -> str:
-    """Unix seconds -> '2025-01-07T20:16:02Z' (for messages and docs)."""
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

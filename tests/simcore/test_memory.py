@@ -9,7 +9,7 @@ import pytest
 from simcore.errors import UserError
 from simcore.gpus import load_gpu
 from simcore.memory import (GiB, MiB, default_mem_fraction_static, kv_dtype_bytes, kv_tokens_from_measured,
-                            max_running_requests, max_total_num_tokens, size_kv_pool)
+                            max_running_requests, max_total_num_tokens, mem_fraction_family, size_kv_pool)
 from simcore.models.loader import load_model
 from simcore.settings import ServerSettings
 
@@ -35,6 +35,18 @@ def test_default_mem_fraction_other_regimes() -> None:
     a = default_mem_fraction_static(H100_BYTES, "0.5.23", 8, 8192, 256)
     b = default_mem_fraction_static(H100_BYTES, "0.5.23", 8, 8192, 256, is_mla=True)
     assert round(a - b, 3) == round(1536 / 81559, 3)
+
+
+@pytest.mark.parametrize("version,family", [("0.4.10", "0.4"), ("0.5.1.post1", "0.4"), ("0.5.2", "0.4"),
+                                             ("0.5.3", "0.5"), ("0.5.8.post1", "0.5"), ("0.5.23", "0.5.23")])
+def test_mem_fraction_rules_follow_the_release_that_introduced_them(version: str, family: str) -> None:
+    # The reserved-memory formula is SGLang PR #10975 (2025-09-27), first released in 0.5.3; before it the
+    # 0.4.x table by GPU size applied, so a default 0.5.1 server on an H100 at TP2 reserves 9.5 + 2/2 GiB.
+    assert mem_fraction_family(version) == family
+    pool = size_kv_pool(load_model("Qwen/Qwen3-32B"), load_gpu("H100"),
+                        ServerSettings(sglang_version=version, tp_size=2))
+    expected = {"0.4": 0.868, "0.5": 0.834, "0.5.23": 0.828}[family]
+    assert pool.mem_fraction_static == expected
 
 
 def test_worked_example_llama_8b_h100() -> None:

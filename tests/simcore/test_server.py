@@ -187,6 +187,17 @@ def test_prompt_larger_than_pool_is_aborted() -> None:
     assert res.records["big"].aborted and not res.records["ok"].aborted
 
 
+@pytest.mark.parametrize("version,page,aborted", [("0.5.9", 4, False), ("0.5.23", 1, False), ("0.5.23", 4, True)])
+def test_a_prompt_near_the_pool_size_fits_unless_the_page_reservation_tips_it(version: str, page: int,
+                                                                             aborted: bool) -> None:
+    # pool 700: max_new 157 is clipped to max_req_len − input − 1 = 699 − 600 − 1 = 98, so prompt + reservation
+    # = 698. NO_TOKEN needs total ≥ 700 (§2.5): only 0.5.23's +page_size per request (4) gets there (702).
+    res = run([req("a", 0.0, 600, 150, max_new=157, key=list(range(600)))], cap=700, page_size=page,
+              sglang_version=version, chunked_prefill_size=256)
+    rec = res.records["a"]
+    assert (rec.aborted, rec.output_len) == (aborted, 0 if aborted else 98)
+
+
 def _workload() -> list:
     import random
 

@@ -45,6 +45,14 @@ def test_defaults_are_sglangs() -> None:
     assert not s.disable_overlap_schedule and not s.enable_mixed_chunk and not s.disable_radix_cache
 
 
+def test_conservativeness_scales_the_whole_new_token_ratio_schedule() -> None:
+    # §2.6: init = min(0.7 × 0.3, 1) = 0.21; floor = 0.21 × 0.14 = 0.0294; decay = (0.21 − 0.0294) / 600
+    s = ServerSettings(schedule_conservativeness=0.3)
+    assert s.initial_new_token_ratio == pytest.approx(0.21)
+    assert s.min_new_token_ratio == pytest.approx(0.0294)
+    assert s.new_token_ratio_decay == pytest.approx(0.1806 / 600)
+
+
 @pytest.mark.parametrize("version,policy", [("0.4.0", "lpm"), ("0.4.3", "lpm"), ("0.4.5", "fcfs"),
                                             ("0.5.9", "fcfs"), ("0.5.23", "fcfs")])
 def test_default_policy_by_version(version: str, policy: str) -> None:

@@ -1,12 +1,14 @@
 """Acceptance: end-to-end accuracy on real SGLang measurements (Qwen3-32B, H100 SXM, TP1–8, 84 runs).
 
-`shadowsim validate ../shared/data/validation/sglang_qwen3_32b_h100.csv` with the shipped profile (settings
-that are not tuned per row or per model) must give TPOT MAPE ≤ 10% and TTFT MAPE ≤ 20%.
+`shadowsim validate ../shared/data/validation/sglang_qwen3_32b_h100.csv` with the shipped profile and the default
+benchmark protocol (settings that are not tuned per row or per model). Measured when written: TTFT MAPE 15.2%,
+TPOT MAPE 4.6% over all 84 runs; TTFT 10.4% over the 78 TP2–8 runs. The six TP1 runs are ~77% off on TTFT
+because the real server's KV pool was ~7.5k tokens where the default sizing gives 18.4k (docs/accuracy.md §3.4).
 """
 from __future__ import annotations
 
 from shadowsim.commands.validate import read_rows
-from simcore.perf.validation import validate
+from simcore.perf.validation import error_summary, validate
 
 
 def test_qwen3_32b_h100_file(shared_dir) -> None:
@@ -15,5 +17,9 @@ def test_qwen3_32b_h100_file(shared_dir) -> None:
     assert out["skipped"] == []
     s = out["summary"]
     assert s["tpot"]["n"] == s["ttft"]["n"] == 84
-    assert s["tpot"]["mape"] <= 10.0
-    assert s["ttft"]["mape"] <= 20.0
+    assert s["tpot"]["mape"] <= 6.0
+    assert s["ttft"]["mape"] <= 17.0
+    multi_gpu = error_summary([r for r in out["_results"] if r.row.tp > 1])
+    assert multi_gpu["ttft"]["n"] == 78
+    assert multi_gpu["ttft"]["mape"] <= 11.5 and multi_gpu["ttft"]["median_ape"] <= 9.5
+    assert multi_gpu["tpot"]["mape"] <= 5.0

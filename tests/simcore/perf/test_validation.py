@@ -9,7 +9,7 @@ import pytest
 from shadowsim.cli import main
 from simcore.errors import UserError
 from shadowsim.commands.validate import read_rows
-from simcore.perf.validation import RowResult, ape, error_summary, simulate_row, validate
+from simcore.perf.validation import Protocol, RowResult, ape, error_summary, simulate_row, validate
 
 HEADER = ("id,model,gpu,precision,tp,ep,dp_attention,isl,osl,concurrency,request_rate,num_requests,"
           "sglang_version,measured_ttft_ms,measured_tpot_ms,measured_throughput_rps\n")
@@ -88,6 +88,38 @@ def test_real_simulation_of_a_small_closed_loop_row(tmp_path) -> None:
     assert r.ape["tpot"] == pytest.approx(abs(r.predicted["tpot"] - 10) * 10)
 
 
+def test_warm_up_requests_run_but_are_not_measured(tmp_path) -> None:
+    # aiperf's protocol: 2 × concurrency warm-up requests, then the measured ones (num_requests here, 6).
+    row = read_rows(write(tmp_path, "w,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,32,3,,6,0.5.9,,,"))[0]
+    warm = simulate_row(row, protocol=Protocol(warmup_per_client=2, prompt_overhead_tokens=0))
+    cold = simulate_row(row, protocol=Protocol(warmup_per_client=0, prompt_overhead_tokens=0))
+    assert warm.requests == cold.requests == 6
+    # identical requests from clients that start together move in lockstep waves, so a steady closed loop
+    # looks the same after its warm-up: same TTFT, TPOT and throughput
+    for m in ("ttft", "tpot", "throughput"):
+        assert warm.predicted[m] == pytest.approx(cold.predicted[m], rel=1e-9)
+    default = simulate_row(read_rows(write(tmp_path, "d,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,32,3,,,0.5.9,,,"))[0])
+    assert default.requests == 20 * 3  # REQUESTS_PER_CLIENT × concurrency when num_requests is blank
+
+
+def test_chat_template_tokens_break_exact_chunk_fills(tmp_path) -> None:
+    # 16 prompts of exactly 1024 tokens fill two 8192-token prefill chunks to the token; with the 8 tokens a chat
+    # template adds, the 8th, 16th prompts straddle chunk boundaries and a third prefill step is needed.
+    row = read_rows(write(tmp_path, "c,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,1024,8,16,,16,0.5.9,,,"))[0]
+    exact = simulate_row(row, protocol=Protocol(warmup_per_client=0, prompt_overhead_tokens=0))
+    chat = simulate_row(row, protocol=Protocol(warmup_per_client=0))
+    assert 1.02 < chat.predicted["ttft"] / exact.predicted["ttft"] < 1.5
+
+
+def test_protocol_rejects_impossible_counts() -> None:
+    with pytest.raises(UserError, match="requests-per-client"):
+        Protocol(requests_per_client=0)
+    with pytest.raises(UserError, match="warmup-per-client"):
+        Protocol(warmup_per_client=-1)
+    with pytest.raises(UserError, match="prompt-overhead-tokens"):
+        Protocol(prompt_overhead_tokens=-8)
+
+
 def test_cli_json_and_rows_csv(tmp_path, capsys) -> None:
     m = write(tmp_path, "small,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,256,16,2,,4,0.5.9,50,8,",
               "bad,Nope/Model,h100_sxm,bf16,8,1,1,256,16,2,,4,0.5.9,50,8,")
@@ -101,6 +133,17 @@ def test_cli_json_and_rows_csv(tmp_path, capsys) -> None:
     with open(out_csv) as fh:
         rows = list(csv.DictReader(fh))
     assert rows[0]["id"] == "small" and float(rows[0]["predicted_tpot_ms"]) > 0
+
+
+def test_cli_protocol_flags(tmp_path, capsys) -> None:
+    m = write(tmp_path, "small,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,256,16,2,,,0.5.9,50,8,")
+    assert main(["validate", str(m), "--json", "-q", "--requests-per-client", "2", "--warmup-per-client", "0",
+                 "--prompt-overhead-tokens", "0"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["rows"][0]["predicted_throughput_rps"] > 0
+    assert main(["validate", str(m), "-q", "--requests-per-client", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("shadowsim: error: --requests-per-client") and err.count("\n") == 1
 
 
 def test_cli_missing_file_is_a_one_line_error(capsys) -> None:
