@@ -269,7 +269,8 @@ class PrefillAdder:
             new_len = max(self.page, new_len // self.page * self.page)
         self.can_run.append(req)
         self.extend[id(req)] = new_len
-        self._update(0, new_len, 0 if truncated else self.reserve_of(req))
+        # the last chunk reserves min(max_new, CLIP) in every version: outputs are not subtracted here (§2.5)
+        self._update(0, new_len, 0 if truncated else min(req.max_new, self.clip))
         return req if truncated else None
 
     # -- a waiting request --

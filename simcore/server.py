@@ -76,7 +76,7 @@ class Server(ResultProcessor):
         self.graph_bs: tuple[int, ...] = () if settings.disable_cuda_graph else tuple(settings.cuda_graph_bs or ())
         self.ratio = NewTokenRatio(settings)
         self.fam = settings.family
-        self.res = ReservationSum(settings.clip_max_new_tokens_estimation, self.fam == "0.4")
+        self.res = ReservationSum(settings.clip_max_new_tokens_estimation)
         # queues and running state
         self.pending: list[tuple[float, int, Req]] = []  # submitted, not yet ingested: (ingest time, seq, req)
         self.waiting: list[Req] = []
@@ -437,7 +437,7 @@ class Server(ResultProcessor):
     def _decode(self, t: float, zombies: list[Req]) -> Batch | None:
         """``update_running_batch`` (§2.7): memory check, retraction, ratio update, one token per request."""
         kv = self.kv
-        need = len(self.R) + len(zombies) if self.page == 1 else self._decode_need(zombies)
+        need = self._decode_need(zombies)
         retracted: list[str] = []
         if kv.free + kv.tree.evictable_size < need:
             if any(not f.eos for f in self.F.values()) and self.overlap:

@@ -180,24 +180,22 @@ def batch_from_state(d: dict[str, Any] | None, get: Callable[[str], Req | None])
 class ReservationSum:
     """``Σ min(max(max_new − out, 0), CLIP)`` over the running batch, kept in O(1) per decode step (§2.5).
 
-    Two groups: requests reserved at ``new_token_ratio`` (group 0) and, in 0.5.23, ``ignore_eos`` requests reserved
+    Every version subtracts the outputs already generated here (0.4's ``min(max_new, CLIP)`` is the *candidate's*
+    reservation in ``PrefillAdder.reserve_of``, not the running batch's). Two groups: requests reserved at ``new_token_ratio`` (group 0) and, in 0.5.23, ``ignore_eos`` requests reserved
     at 1.0 (group 1). A decoding request's term is CLIP until ``max_new − out`` drops to CLIP, then falls by one
     per decode step; a heap of those transition points moves requests into the falling set.
     """
 
-    __slots__ = ("clip", "fam04", "sums", "ndec", "heap", "seq")
+    __slots__ = ("clip", "sums", "ndec", "heap", "seq")
 
-    def __init__(self, clip: int, fam04: bool) -> None:
+    def __init__(self, clip: int) -> None:
         self.clip = clip
-        self.fam04 = fam04
         self.sums = [0, 0]
         self.ndec = [0, 0]
         self.heap: list[tuple[int, int, str, int]] = []
         self.seq = 0
 
     def left(self, r: Req) -> int:
-        if self.fam04:
-            return min(r.max_new, self.clip)
         return min(max(r.max_new - r.out_len, 0), self.clip)
 
     def value(self, ratio: float) -> float:
@@ -208,7 +206,7 @@ class ReservationSum:
         r.res_group = group
         self.sums[group] += self.left(r)
         r.in_dec = False
-        if not decoding or self.fam04:
+        if not decoding:
             return
         G = r.clk[0]
         t = r.max_new - r.o0 + r.g0 - self.clip  # G from which each step lowers the term

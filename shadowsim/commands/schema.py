@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from shadowsim.errors import UserError
 from simcore.events import EVENT_KINDS, KIND_TO_CLASS, event_json_schema
@@ -31,18 +30,13 @@ def run(args: argparse.Namespace) -> int:
             doc = (KIND_TO_CLASS[k].__doc__ or "").strip().split("\n")[0]
             print(f"{k:<20} {doc}")
         return 0
-    try:
-        if args.kind is not None:
-            cls = KIND_TO_CLASS.get(args.kind)
-            if cls is None:
-                raise UserError("--kind", f"unknown event kind {args.kind!r}",
-                                f"choose one of {', '.join(EVENT_KINDS)}")
-            schema = cls.model_json_schema()
-        else:
-            schema = event_json_schema()
-    except UserError as exc:
-        print(f"shadowsim: error: {exc}", file=sys.stderr)
-        return 2
+    if args.kind is not None:  # shadowsim.cli turns a UserError into the one-line error and exit 2
+        cls = KIND_TO_CLASS.get(args.kind)
+        if cls is None:
+            raise UserError("--kind", f"unknown event kind {args.kind!r}", f"choose one of {', '.join(EVENT_KINDS)}")
+        schema = cls.model_json_schema()
+    else:
+        schema = event_json_schema()
     print(json.dumps(schema, sort_keys=True, separators=(",", ":")) if args.compact
           else json.dumps(schema, indent=2, sort_keys=True))
     return 0

@@ -2,9 +2,11 @@
 
 Each row of MEASUREMENTS.csv describes one bench_serving run (columns: id, model, gpu, precision, tp, ep,
 dp_attention, isl, osl, concurrency, request_rate, num_requests, sglang_version, measured_ttft_ms,
-measured_tpot_ms, measured_throughput_rps; blanks allowed; an optional max_total_tokens column pins the KV
-pool to what the server reported). shadowsim simulates the same benchmark and prints, per row, predicted vs
-measured mean TTFT, mean TPOT and throughput, then MAPE, median and P90 absolute percentage error (percent).
+measured_tpot_ms, measured_throughput_rps; blanks allowed; optional columns: max_total_tokens pins the KV pool
+to what the server reported, warmup_requests sets the total warm-up requests, length_dist chooses exact isl/osl
+lengths (fixed) or a spread with those means (exponential, sharegpt), unsupported gives a reason to skip).
+shadowsim simulates the same benchmark and prints, per row, predicted vs measured mean TTFT, mean TPOT and
+throughput, then MAPE, median and P90 absolute percentage error (percent).
 
 Protocol (aiconfigurator's generated aiperf benchmark; docs/accuracy.md §3.1): with `concurrency` and no
 `request_rate`, a closed loop of `concurrency` clients sending back-to-back requests of isl/osl tokens (random
@@ -16,6 +18,8 @@ with the reason; they never stop the run. See docs/accuracy.md.
 
 Examples:
   shadowsim validate ../shared/data/validation/sglang_qwen3_32b_h100.csv
+  shadowsim validate validation/gpustack_sglang.csv
+  shadowsim validate validation/gpustack_sglang.csv --length-dist exponential
   shadowsim validate measurements.csv --json > report.json
   shadowsim validate measurements.csv --out rows.csv --profile my_profile.json
 """
@@ -54,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-overhead-tokens", type=int, default=None, metavar="N",
                         help="tokens the server adds to every isl-token prompt (default 8: a ChatML chat "
                              "template around one user turn; 0 for /generate with token ids)")
+    parser.add_argument("--length-dist", default=None, choices=("fixed", "sharegpt", "exponential"),
+                        help="override every row's length_dist column: fixed = exactly isl/osl tokens; "
+                             "exponential = exponential spread with those means (max entropy given only the means); "
+                             "sharegpt = the spread of a ShareGPT-derived stream (default: each row's column, "
+                             "else fixed; docs/accuracy.md 3.5)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
 
 
@@ -87,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         else args.requests_per_client,
         warmup_per_client=defaults.warmup_per_client if args.warmup_per_client is None else args.warmup_per_client,
         prompt_overhead_tokens=defaults.prompt_overhead_tokens if args.prompt_overhead_tokens is None
-        else args.prompt_overhead_tokens)
+        else args.prompt_overhead_tokens,
+        length_dist=args.length_dist)
     rows = read_rows(args.measurements)
     profile = CalibrationProfile.load(args.profile) if args.profile else None
 

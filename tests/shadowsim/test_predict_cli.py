@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 from shadowsim.cli import main
+from simcore.gpus import load_gpu
+from simcore.memory import size_kv_pool
+from simcore.models.loader import load_model
+from simcore.settings import ServerSettings
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 BASE = ["predict", "--model", MODEL, "--gpu", "H100"]
@@ -30,7 +34,12 @@ def test_closed_loop_json_summary(capsys: pytest.CaptureFixture[str]) -> None:
     for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
         assert set(s[k]) == {"mean", "p50", "p90", "p99"} and s[k]["mean"] > 0
     srv = s["server"]
-    assert (srv["gpu"], srv["max_total_num_tokens"], srv["chunked_prefill_size"]) == ("h100_sxm", 414145, 8192)
+    assert (srv["gpu"], srv["chunked_prefill_size"]) == ("h100_sxm", 8192)
+    # the pool the sizing module computes for SGLang defaults, which is the spec's ≈410k-token example (§4.4)
+    pool = size_kv_pool(load_model(MODEL), load_gpu("H100"), ServerSettings())
+    assert srv["max_total_num_tokens"] == pool.max_total_num_tokens
+    assert 410_000 * 0.98 <= srv["max_total_num_tokens"] <= 410_000 * 1.02
+    # §4.5: clamp(tokens / 131072 · 512, 2048, 4096) = clamp(~1600, ...) = 2048
     assert srv["max_running_requests"] == 2048 and srv["schedule_policy"] == "fcfs"
     assert s["cache_hit_rate"] == 0.0  # random prompts share nothing
 

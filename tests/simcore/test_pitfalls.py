@@ -164,7 +164,11 @@ def test_12_page_alignment_of_matches_chunks_and_reservation() -> None:
 
 def test_13_every_forward_is_observed_not_sampled() -> None:
     res = run([req(f"r{i}", 0.01 * i, 50, 60) for i in range(5)])
-    assert len(res.steps) == res.server.steps and len(res.steps) > 60  # no 40-step log sampling here
+    assert len(res.steps) == res.server.steps  # no 40-step log sampling here
+    # every prefill row and every decode row is seen: 5 prompts, and 5 × (60 − 1) tokens after the first ones
+    # (length finishes add no extra row, §8.3.8)
+    assert sum(len(s.shape.extend_lens) for s in res.steps) == 5
+    assert sum(s.shape.num_decode for s in res.steps) == 5 * 59
 
 
 def test_14_warmup_request_leaves_its_prefix_in_the_cache() -> None:

@@ -258,3 +258,13 @@ def test_mixed_chunk_shrinks_chunk_budget_by_running_rows() -> None:
     a = _adder(s, Pool(free=100000), mixed=96)
     a.add_one_req(FakeReq("long", 10000))
     assert a.extend[id(a.new_chunked)] == 4000
+
+
+def test_last_chunk_of_a_continuation_reserves_the_whole_max_new() -> None:
+    # §2.5 add_chunked_req: the last chunk reserves min(max_new, 4096) — outputs a retracted request already
+    # generated are not subtracted there (unlike add_one_req): 100 extend + 400 reserved, not 100 + (400 − 300)
+    s = ServerSettings(chunked_prefill_size=4096)
+    a = _adder(s, Pool(free=100000))
+    assert a.add_chunked_req(FakeReq("re", 1000, max_new=400, out=300), remaining=100) is None
+    assert a.total_offset == pytest.approx(100 + 400)
+    assert a.current_offset == pytest.approx(100)

@@ -349,3 +349,17 @@ def test_fast_path_equals_step_by_step_with_delays() -> None:
     fast = run(_workload(), fast=True, **kw)
     slow = run(_workload(), fast=False, **kw)
     assert sorted(fast.server.records, key=lambda r: r.rid) == sorted(slow.server.records, key=lambda r: r.rid)
+
+
+@pytest.mark.parametrize("version", ["0.4.10", "0.5.9", "0.5.23"])
+def test_running_requests_reserve_only_their_remaining_outputs_in_every_version(version: str) -> None:
+    # §2.5: the adder's offset is Σ min(max_new − len(output_ids), 4096) × ratio over the running batch, in every
+    # version (only the *candidate's* max_new ignores its outputs in 0.4). Ratio pinned at 1.0 (floor factor 1).
+    # a (100 + 500 outputs) decodes from ~20 ms, one token per 10 ms; at 3.0 s it holds ~100 + 298 tokens and
+    # reserves ~500 − 298 = 202, so b (300 + 10) fits in 1000 − 398 − 202 = 400. Reserving a's whole 500 would
+    # leave ~102 and b would wait for a to finish (~5 s).
+    reqs = [req("a", 0.0, 100, 500), req("b", 3.0, 300, 10)]
+    rec = run(reqs, cap=1000, sglang_version=version, init_new_token_ratio=1.0,
+              min_new_token_ratio_factor=1.0).records
+    assert rec["b"].queue_time_s < 0.02
+    assert rec["b"].first_token_s < 3.1 and rec["a"].finish_s > 5.0

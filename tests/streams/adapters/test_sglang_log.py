@@ -148,3 +148,17 @@ def test_startup_lines_of_each_era():
     assert (e.mem_fraction_static, e.disable_radix_cache, e.enable_mixed_chunk, e.cuda_graph_max_bs) == (
         0.85, True, False, None)
     assert e.max_total_num_tokens is None
+
+
+@pytest.mark.parametrize("text,fraction", [("12.50%", 0.125), ("0.35", 0.35)])
+def test_cache_hit_rate_printed_as_a_percentage_becomes_a_fraction(text: str, fraction: float):
+    # 0.1.x–0.3.x print "cache hit rate: 12.50%"; the event field is always a 0..1 fraction
+    e = one(f"[gpu_id=0] Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 1, cache hit rate: {text}, "
+            "#running-req: 0, #queue-req: 0")
+    assert e.cache_hit_rate == pytest.approx(fraction)
+
+
+def test_unreadable_cache_hit_rate_is_dead_lettered_with_the_value():
+    res = parse_line("[gpu_id=0] Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 1, cache hit rate: lots%",
+                     ParseContext())
+    assert isinstance(res, str) and "cache hit rate" in res and "lots%" in res
