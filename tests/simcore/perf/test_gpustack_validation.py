@@ -1,8 +1,8 @@
 """Independent check: `shadowsim validate validation/gpustack_sglang.csv` (GPUStack's SGLang runs, other models/GPUs).
 
 The file is GPUStack's published SGLang benchmarks (vllm bench serve, ShareGPT, 1000-prompt bursts or 4 clients),
-built by validation/build_gpustack.py. Of its 51 runs, 9 can be simulated (DeepSeek-R1 H200 TP8, Qwen3-235B-A22B
-A100/H100 TP8, Qwen3-32B bf16 A100/H100 and fp8 H100 TP1, Qwen3-8B bf16/fp8 H100); the other 42 are skipped with
+built by validation/build_gpustack.py. Of its 51 runs, 13 can be simulated (DeepSeek-R1 H200 TP8, Qwen3-235B-A22B
+A100/H100 TP8, Qwen3-32B bf16 A100/H100 and fp8 H100 TP1, Qwen3-14B A100/H100, Qwen3-8B bf16/fp8 H100); the other 38 are skipped with
 their reason. No accuracy threshold is asserted: the errors are reported in docs/accuracy.md §3.5. What is
 asserted: the file is the build script's output, every row completes, the errors are finite and within a loose
 sanity bound (prediction within 5× of the measurement either way).
@@ -56,10 +56,10 @@ def test_shape_constants_come_from_the_sharegpt_stream(repo_dir, shared_dir) -> 
     assert ins == SHAREGPT_SHAPE_INPUT and outs == SHAREGPT_SHAPE_OUTPUT
 
 
-def test_nine_rows_simulate_and_the_rest_are_skipped_with_reasons(result) -> None:
-    assert len(result["rows"]) == 9 and len(result["skipped"]) == 42
+def test_thirteen_rows_simulate_and_the_rest_are_skipped_with_reasons(result) -> None:
+    assert len(result["rows"]) == 13 and len(result["skipped"]) == 38
     kinds = Counter(s["reason"].split(" (")[0].split("'")[0] for s in result["skipped"])
-    assert kinds["--model: unknown model "] == 18  # GLM-4.5-Air/4.6, gpt-oss, Qwen3-14B, DeepSeek-V3.2
+    assert kinds["--model: unknown model "] == 14  # GLM-4.5-Air/4.6, gpt-oss, DeepSeek-V3.2
     assert kinds["expert parallelism"] == 7 and kinds["DP attention"] == 5
     assert kinds["speculative decoding is not modelled"] == 4
     assert {r["gpu"] for r in result["rows"]} == {"h100_sxm", "h200_sxm", "a100_sxm"}
@@ -67,7 +67,7 @@ def test_nine_rows_simulate_and_the_rest_are_skipped_with_reasons(result) -> Non
 
 def test_errors_are_finite_and_within_a_sanity_bound(result) -> None:
     for m in ("ttft", "tpot", "throughput"):
-        assert result["summary"][m]["n"] == 9
+        assert result["summary"][m]["n"] == 13
         assert math.isfinite(result["summary"][m]["mape"])
     for r in result["rows"]:
         for m, unit in (("ttft", "ms"), ("tpot", "ms"), ("throughput", "rps")):
