@@ -15,6 +15,7 @@ from simcore.errors import UserError
 COMMANDS: list[tuple[str, str]] = [
     ("predict", "simulate an SGLang server on a workload and print TTFT/TPOT/throughput"),
     ("validate", "compare predictions with a file of real benchmark measurements"),
+    ("sweep", "simulate many GPU/TP/flag/load combinations: table, Pareto front, SLO attainment"),
     ("calibrate", "fit calibration factors from per-op tables or end-to-end measurements"),
     ("parse", "read an SGLang log/metrics/trace file and print the events shadowsim sees"),
     ("schema", "print the JSON Schema of shadowsim's trace events"),

@@ -17,6 +17,10 @@ iteration when nothing else can happen before it (``t < env.peek()``) and its re
 (no finish): that is exactly what yielding would do, only faster. ``fast=False`` yields at every iteration; a test
 checks the two give identical records.
 
+**Host stages** (settings ``output_path_s_per_*``, ``tokenizer_s_per_*``; 0 = off, docs/accuracy.md §3.6): serial
+servers beside the loop. The output path delays when a step's tokens reach the client (``_apply``), never the
+scheduler; the tokenizer delays when a request reaches the scheduler (``submit``).
+
 Wake-ups use priority ``LATE`` (after SimPy's NORMAL), so requests submitted at the same simulated time as an
 iteration are always ingested by it, whatever the event order.
 """
@@ -65,6 +69,14 @@ class Server(ResultProcessor):
         self.fast = fast
         self.tokenize_s = tokenize_s      # HTTP-side tokenization before the scheduler sees the request
         self.detokenize_s = detokenize_s  # detokenizer + HTTP hop added to every emitted token's time
+        # serial host-side stages (settings, docs/accuracy.md §3.5); *_free: when the stage is next idle
+        self.out_step_s = settings.output_path_s_per_step
+        self.out_tok_s = settings.output_path_s_per_token
+        self.out_on = self.out_step_s > 0 or self.out_tok_s > 0
+        self.out_free = env.now
+        self.tok_req_s = settings.tokenizer_s_per_request
+        self.tok_tok_s = settings.tokenizer_s_per_token
+        self.tok_free = env.now
         self.page = settings.page_size
         self.overlap = not settings.disable_overlap_schedule
         cap = kv_capacity_tokens
@@ -115,14 +127,20 @@ class Server(ResultProcessor):
 
     # ---- public -------------------------------------------------------------------------------------
     def submit(self, spec: RequestSpec) -> simpy.Event:
-        """Queue ``spec``; it reaches the scheduler at ``arrival_s + tokenize_s`` (not before ``env.now``)."""
+        """Queue ``spec``; it reaches the scheduler at ``arrival_s + tokenize_s`` (not before ``env.now``), later
+        when the serial tokenizer stage (``tokenizer_s_per_*`` settings) is still busy with earlier requests."""
         if spec.rid in self.reqs:
             raise ValueError(f"duplicate request id {spec.rid!r}")
         req = Req.from_spec(spec, self.max_req_len, self.clk)
         ev = self.env.event()
         self.reqs[spec.rid] = req
         self.events[spec.rid] = ev
-        self._push_pending(req, max(spec.arrival_s + self.tokenize_s, self.env.now))
+        ready = spec.arrival_s
+        if self.tok_req_s > 0 or self.tok_tok_s > 0:
+            # one tokenizer, requests in submission order: a burst reaches the scheduler spread out
+            start = ready if ready > self.tok_free else self.tok_free
+            ready = self.tok_free = start + self.tok_req_s + self.tok_tok_s * spec.input_len
+        self._push_pending(req, max(ready + self.tokenize_s, self.env.now))
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
         return ev

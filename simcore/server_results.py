@@ -20,6 +20,13 @@ class ResultProcessor:
         # state changes now (t); the client sees the tokens at emit_t, never before earlier batches' tokens
         base = b.emit_s if b.emit_s > self.emit_floor else self.emit_floor
         self.emit_floor = base
+        if self.out_on and (b.n_emit or b.prefill_done):
+            # serial output path (detokenizer → tokenizer manager → SSE): this step's tokens reach the client
+            # once the stage has finished the earlier steps' and this one's work; streams sent every
+            # stream_interval tokens cost that much less per decode row (first tokens are always sent)
+            n = len(b.prefill_done) + b.n_emit / self.s.stream_interval
+            start = base if base > self.out_free else self.out_free
+            self.out_free = base = start + self.out_step_s + self.out_tok_s * n
         emit_t = base + self.detokenize_s
         kv = self.kv
         for r in b.prefill_done:

@@ -54,7 +54,7 @@ def snapshot(srv: "Server") -> dict[str, Any]:
         "ratio": srv.ratio.current, "seq": srv.seq, "bid": srv.bid, "steps": srv.steps,
         "num_retractions": srv.num_retractions, "kv_peak_used": srv.kv_peak_used,
         "last_decode_apply": srv.last_decode_apply, "last_decode_apply_g": srv.last_decode_apply_g,
-        "emit_floor": srv.emit_floor,
+        "emit_floor": srv.emit_floor, "out_free": srv.out_free, "tok_free": srv.tok_free,
         "itl_vals": list(srv.itl_vals), "itl_w": list(srv.itl_w),
         "reqs": reqs,
         "pending": [[at, seq, r.rid] for at, seq, r in srv.pending],
@@ -100,6 +100,8 @@ def restore(cls: type["Server"], env: simpy.Environment, snap: dict[str, Any], s
     for k in ("t", "gpu_free", "sum_kv", "batch_is_full", "seq", "bid", "steps", "num_retractions",
               "kv_peak_used", "last_decode_apply", "last_decode_apply_g", "emit_floor"):
         setattr(srv, k, snap[k])
+    srv.out_free = snap.get("out_free", srv.out_free)  # serial host stages (absent in older snapshots)
+    srv.tok_free = snap.get("tok_free", srv.tok_free)
     srv.ratio.current = snap["ratio"]
     srv.itl_vals, srv.itl_w = list(snap["itl_vals"]), list(snap["itl_w"])
     for t, d in snap.get("deferred", []):

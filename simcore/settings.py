@@ -80,6 +80,15 @@ class ServerSettings(BaseModel):
     clip_max_new_tokens_estimation: int = Field(4096, ge=1)
     retract_decode_steps: int = Field(20, ge=1)
     lpm_fallback_queue_len: int = Field(128, ge=0)  # LPM → FCFS above this many waiting requests
+    # Host-side stages outside the scheduler process (not SGLang flags; docs/accuracy.md §3.5), in seconds.
+    # Each is a serial server: 0 (the default) leaves the stage out. Output path = detokenizer → tokenizer
+    # manager → HTTP stream: every step that emits tokens costs per_step + per_token × emitting requests, and
+    # its tokens reach the client when the stage has processed them. Tokenizer = chat template + tokenization
+    # in the HTTP process: per_request + per_token × prompt tokens, one request after another.
+    output_path_s_per_step: float = Field(0.0, ge=0)
+    output_path_s_per_token: float = Field(0.0, ge=0)
+    tokenizer_s_per_request: float = Field(0.0, ge=0)
+    tokenizer_s_per_token: float = Field(0.0, ge=0)
 
     @field_validator("sglang_version")
     @classmethod

@@ -17,6 +17,15 @@ The original record's headers follow, each name prefixed with ``orig.``. The dea
 Delivery is at-least-once, like everything else on Kafka: a consumer killed after producing a dead letter but
 before its offsets were saved re-reads the bad record and parks it again. ``(source_topic, source_partition,
 source_offset)`` identifies a dead letter; readers de-duplicate on it (``DeadLetter.source``).
+
+**ZMQ dead letters** (``shadowsim publish --zmq``, ``zmq_dead_letter_headers``): a ZMQ message has no topic,
+partition or offset in Kafka's sense, so the same three headers name its place in the feed instead:
+``source_topic`` = ``zmq:<endpoint>``, ``source_partition`` = ``0``, ``source_offset`` = the publisher's sequence
+number when the message carries one (KV events), else the bridge's message number (1 = first message received).
+Extra headers: ``zmq_topic`` (the topic frame, bytes as received), ``zmq_kind`` (``kv-events`` /
+``forward-pass``), ``zmq_frames`` (frame count, decimal) and ``zmq_seq`` (decimal, only when the message has one).
+The value is the message's payload frame (the last frame), the key the instance id. Readers find the extra headers
+in ``DeadLetter.extra_headers``.
 """
 from __future__ import annotations
 
@@ -27,6 +36,7 @@ from typing import Any
 #: Kafka has no header size limit to speak of, but a 1 MB pydantic error dump helps nobody.
 MAX_ERROR_BYTES = 1000
 ORIG_PREFIX = "orig."
+_SOURCE_HEADERS = frozenset({"source_topic", "source_partition", "source_offset", "error"})
 
 
 def error_text(exc: BaseException | str) -> str:
@@ -51,6 +61,18 @@ def dead_letter_headers(topic: str, partition: int, offset: int, error: BaseExce
     return headers
 
 
+def zmq_dead_letter_headers(endpoint: str, topic_frame: bytes, offset: int, error: BaseException | str, *,
+                            kind: str, frames: int, seq: int | None = None) -> list[tuple[str, bytes]]:
+    """The headers of a dead letter for an undecodable ZMQ message (see "ZMQ dead letters" above).
+
+    ``offset`` is the publisher sequence number when ``seq`` is known, else the bridge's message number."""
+    headers = dead_letter_headers(f"zmq:{endpoint}", 0, offset, error)
+    headers += [("zmq_topic", bytes(topic_frame)), ("zmq_kind", kind.encode()), ("zmq_frames", str(frames).encode())]
+    if seq is not None:
+        headers.append(("zmq_seq", str(seq).encode()))
+    return headers
+
+
 @dataclass(frozen=True)
 class DeadLetter:
     """A dead letter as read back from the dead-letter topic."""
@@ -62,6 +84,8 @@ class DeadLetter:
     key: bytes | None
     value: bytes | None
     original_headers: tuple[tuple[str, bytes], ...] = ()
+    #: headers beyond the four source headers that are not ``orig.`` copies (e.g. ``zmq_topic``), in order
+    extra_headers: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def source(self) -> tuple[str, int, int]:
@@ -73,11 +97,14 @@ class DeadLetter:
         """From a kafka-python ``ConsumerRecord``. Raises ``ValueError`` when the source headers are missing."""
         h: dict[str, bytes] = {}
         orig: list[tuple[str, bytes]] = []
+        extra: list[tuple[str, bytes]] = []
         for name, value in record.headers or []:
             if name.startswith(ORIG_PREFIX):
                 orig.append((name[len(ORIG_PREFIX):], value))
             else:
                 h[name] = value
+                if name not in _SOURCE_HEADERS:
+                    extra.append((name, value))
         try:
             return cls(
                 source_topic=h["source_topic"].decode(),
@@ -87,6 +114,7 @@ class DeadLetter:
                 key=record.key,
                 value=record.value,
                 original_headers=tuple(orig),
+                extra_headers=tuple(extra),
             )
         except KeyError as exc:
             raise ValueError(f"not a dead letter: header {exc.args[0]!r} missing") from exc

@@ -9,7 +9,9 @@ By default the file is decoded here and each event goes out as canonical event J
                   --from-end ships only lines written from now on
   --speed N       replay a recorded file at N times its own timing (event timestamps); 1 = real time
   --zmq ENDPOINT  bridge SGLang's ZMQ feed instead of a file: --zmq-kind kv-events (--kv-events-config) or
-                  forward-pass (--enable-forward-pass-metrics); connect to the endpoint SGLang binds
+                  forward-pass (--enable-forward-pass-metrics); connect to the endpoint SGLang binds.
+                  Messages that do not decode go to --dead-letter-topic (default sglang.events.dlq) with
+                  the reason in the `error` header; the summary counts them (errors, dead_letters)
 
 Progress is shown on stderr when it is a terminal; --json prints a summary object on stdout at the end.
 
@@ -32,6 +34,7 @@ from pathlib import Path
 from shadowsim.errors import UserError
 
 DEFAULT_TOPIC = "sglang.events"
+DEFAULT_DLQ_TOPIC = "sglang.events.dlq"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--zmq-kind", choices=KINDS, default=None, help="what the ZMQ feed carries (with --zmq)")
     parser.add_argument("--max-messages", type=int, default=None, metavar="N",
                         help="with --zmq: stop after N messages (default: never)")
+    parser.add_argument("--dead-letter-topic", default=None, metavar="TOPIC",
+                        help=f"with --zmq: topic for messages that do not decode (default {DEFAULT_DLQ_TOPIC}); "
+                             "each carries the payload, the reason in header `error` and the endpoint in "
+                             "`source_topic`")
+    parser.add_argument("--no-dead-letters", action="store_true",
+                        help="with --zmq: only count and log undecodable messages, send them nowhere")
     parser.add_argument("--no-progress", action="store_true", help="no progress line, even on a terminal")
     parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout at the end")
 
@@ -76,9 +85,18 @@ def _check(args: argparse.Namespace) -> None:
             raise UserError("--zmq-kind", "required with --zmq", "kv-events or forward-pass")
         if args.follow or args.speed or args.raw:
             raise UserError("--zmq", "--follow, --speed and --raw apply to files only")
+        if args.no_dead_letters and args.dead_letter_topic is not None:
+            raise UserError("--no-dead-letters", "give either --dead-letter-topic or --no-dead-letters, not both")
+        if args.dead_letter_topic is not None and args.dead_letter_topic in ("", args.topic):
+            raise UserError("--dead-letter-topic",
+                            f"must be a topic other than --topic, got {args.dead_letter_topic!r}",
+                            f"the default is {DEFAULT_DLQ_TOPIC}")
         return
     if args.zmq_kind or args.max_messages is not None:
         raise UserError("--zmq-kind", "--zmq-kind and --max-messages apply to --zmq only")
+    if args.dead_letter_topic is not None or args.no_dead_letters:
+        raise UserError("--dead-letter-topic", "applies to --zmq only",
+                        "file publishing counts bad lines in its summary; `shadowsim run` parks bad Kafka records")
     if not args.file:
         raise UserError("FILE", "missing", "give a log, metrics or trace file, or --zmq ENDPOINT")
     path = Path(args.file)
@@ -95,6 +113,12 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError("--partitions", f"must be >= 1, got {args.partitions}")
 
 
+def _dead_letter_topic(args: argparse.Namespace) -> str | None:
+    if not args.zmq or args.no_dead_letters:
+        return None
+    return args.dead_letter_topic or DEFAULT_DLQ_TOPIC
+
+
 def _producer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from streams.broker import create_topics, wait_until_answers  # noqa: PLC0415
     from streams.kafka_io import EventProducer  # noqa: PLC0415
@@ -104,10 +128,14 @@ def _producer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     except (TimeoutError, ValueError) as exc:
         raise UserError("--bootstrap-servers", f"no Kafka answers at {args.bootstrap_servers} ({exc})",
                         "is the broker running? `shadowsim broker` starts one on 127.0.0.1:9092") from None
+    topics = {args.topic: args.partitions}
+    dlq = _dead_letter_topic(args)
+    if dlq is not None:
+        topics[dlq] = args.partitions
     try:
-        create_topics(args.bootstrap_servers, {args.topic: args.partitions})
+        create_topics(args.bootstrap_servers, topics)
     except Exception as exc:  # noqa: BLE001 - no admin rights on a managed Kafka: the topic may exist anyway
-        print(f"shadowsim publish: could not check/create topic {args.topic}: {exc}", file=sys.stderr)
+        print(f"shadowsim publish: could not check/create topics {', '.join(topics)}: {exc}", file=sys.stderr)
     return EventProducer(args.bootstrap_servers, args.topic)
 
 
@@ -160,10 +188,19 @@ def _run_zmq(args: argparse.Namespace, producer, stop: threading.Event) -> dict[
 
     from streams.zmq_bridge import ZmqBridge  # noqa: PLC0415
 
-    bridge = ZmqBridge(args.zmq, args.zmq_kind, producer, instance_id=args.instance_id)
+    from streams.kafka_io import EventProducer  # noqa: PLC0415
+
+    dlq_topic = _dead_letter_topic(args)
+    dlq = EventProducer(args.bootstrap_servers, dlq_topic) if dlq_topic is not None else None
+    bridge = ZmqBridge(args.zmq, args.zmq_kind, producer, instance_id=args.instance_id, dead_letters=dlq)
     try:
         stats = bridge.run(max_messages=args.max_messages, idle_timeout_s=args.idle_timeout_s, stop=stop.is_set)
     finally:
         bridge.close()
-    return dataclasses.asdict(stats)
+        if dlq is not None:
+            dlq.flush()
+            dlq.close()
+    summary = dataclasses.asdict(stats)
+    summary["dead_letter_topic"] = dlq_topic
+    return summary
 

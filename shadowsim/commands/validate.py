@@ -63,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "exponential = exponential spread with those means (max entropy given only the means); "
                              "sharegpt = the spread of a ShareGPT-derived stream (default: each row's column, "
                              "else fixed; docs/accuracy.md 3.5)")
+    parser.add_argument("--output-path-us-per-step", type=float, default=0.0, metavar="US",
+                        help="host output path (detokenizer → tokenizer manager → SSE) as a serial stage: "
+                             "cost per step that emits tokens, µs (default 0 = not modelled; docs/accuracy.md 3.5)")
+    parser.add_argument("--output-path-us-per-token", type=float, default=0.0, metavar="US",
+                        help="... and per emitted token, µs (default 0; sources bound it to ≤ ~70–100 µs)")
+    parser.add_argument("--tokenizer-us-per-request", type=float, default=0.0, metavar="US",
+                        help="serial tokenizer in front of the scheduler: µs per arriving request (default 0)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
 
 
@@ -97,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
         warmup_per_client=defaults.warmup_per_client if args.warmup_per_client is None else args.warmup_per_client,
         prompt_overhead_tokens=defaults.prompt_overhead_tokens if args.prompt_overhead_tokens is None
         else args.prompt_overhead_tokens,
-        length_dist=args.length_dist)
+        length_dist=args.length_dist, output_path_s_per_step=args.output_path_us_per_step * 1e-6,
+        output_path_s_per_token=args.output_path_us_per_token * 1e-6,
+        tokenizer_s_per_request=args.tokenizer_us_per_request * 1e-6)
     rows = read_rows(args.measurements)
     profile = CalibrationProfile.load(args.profile) if args.profile else None
 

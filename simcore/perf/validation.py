@@ -226,6 +226,11 @@ class Protocol:
     warmup_per_client: int = WARMUP_PER_CLIENT
     prompt_overhead_tokens: int = PROMPT_OVERHEAD_TOKENS
     length_dist: str | None = None  # overrides every row's length_dist (sensitivity runs); None: the row's
+    # host-side serial stages of the server (ServerSettings fields of the same names, seconds; 0 = off);
+    # docs/accuracy.md §3.5 tests them and leaves them off by default
+    output_path_s_per_step: float = 0.0
+    output_path_s_per_token: float = 0.0
+    tokenizer_s_per_request: float = 0.0
 
     def __post_init__(self) -> None:
         if self.requests_per_client < 1:
@@ -234,6 +239,9 @@ class Protocol:
             raise UserError("--warmup-per-client", f"must be >= 0, got {self.warmup_per_client}")
         if self.prompt_overhead_tokens < 0:
             raise UserError("--prompt-overhead-tokens", f"must be >= 0, got {self.prompt_overhead_tokens}")
+        for name in ("output_path_s_per_step", "output_path_s_per_token", "tokenizer_s_per_request"):
+            if getattr(self, name) < 0:
+                raise UserError("--" + name.replace("_s_", "_us_").replace("_", "-"), "must be >= 0")
         if self.length_dist is not None and self.length_dist not in LENGTH_DISTS:
             raise UserError("--length-dist", f"unknown length distribution {self.length_dist!r}",
                             f"use one of: {', '.join(LENGTH_DISTS)}")
@@ -253,11 +261,14 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
     model = load_model(row.model)
     gpu = load_gpu(row.gpu)
     precision = row.precision or model.default_precision
+    p = protocol or Protocol()
     settings = resolve(ServerSettings(sglang_version=row.sglang_version, tp_size=row.tp,
-                                      max_total_tokens=row.max_total_tokens), gpu.memory_bytes)
+                                      max_total_tokens=row.max_total_tokens,
+                                      output_path_s_per_step=p.output_path_s_per_step,
+                                      output_path_s_per_token=p.output_path_s_per_token,
+                                      tokenizer_s_per_request=p.tokenizer_s_per_request), gpu.memory_bytes)
     pool = size_kv_pool(model, gpu, settings, precision)
     latency = build_latency_model(model, gpu, row.tp, precision, backend=backend, profile=profile)
-    p = protocol or Protocol()
     prompt, output = lengths(p.length_dist or row.length_dist, row.isl, row.osl, p.prompt_overhead_tokens)
     warmup = 0
     if row.concurrency is not None and row.request_rate is None:

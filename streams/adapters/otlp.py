@@ -7,8 +7,11 @@ shape (proto via ``json_format.MessageToDict``).
 SGLang's request root span (``"[role ]Req <rid8>"``, sglang-internals 5.4) carries, once finished, the attributes
 ``gen_ai.usage.prompt_tokens/completion_tokens/cached_tokens``, ``gen_ai.latency.time_to_first_token`` and
 ``gen_ai.latency.e2e`` (s), ``gen_ai.request.max_tokens`` and ``gen_ai.response.finish_reasons``. Such a span yields
-``request_arrived`` (span start), ``request_first_token`` (start + TTFT) and ``request_finished`` (span end). Stage
-and thread spans are skipped: they carry no batch shape with a duration.
+``request_arrived`` (span start), ``request_first_token`` (start + TTFT) and ``request_finished`` (span end).
+
+Per-step batch shapes come from the stage spans (``streams.adapters.otlp_steps``): a ``decode_loop`` /
+``prefill_forward`` span carrying a ``schedule`` event (``bid``, ``batch_size``, ``forward_mode``) gives a
+``forward_pass``; a ``retract`` span event gives a ``retraction``. Thread spans and other stages are skipped.
 
 The instance is the resource's ``service.instance.id`` or ``host.name`` unless the caller fixed it.
 
@@ -17,6 +20,8 @@ record bodies; they are parsed like raw lines (``from_logs_dict``).
 """
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 from streams.adapters.base import LineResult, ParseContext, as_int, build, finite
@@ -63,7 +68,7 @@ def _span_events(span: dict[str, Any], resource_inst: str | None, ctx: ParseCont
     end = _nanos(span.get("endTimeUnixNano"))
     if prompt is None or output is None or start is None or end is None:
         return "otlp: request span needs integer token counts and start/end times"
-    inst = ctx.instance_id if ctx.scratch.get("instance_fixed") or not resource_inst else resource_inst
+    inst = _instance(resource_inst, ctx)
     common = {"instance_id": inst, "source": ctx.source or None}
     ttft = finite(attrs.get("gen_ai.latency.time_to_first_token"))
     e2e = finite(attrs.get("gen_ai.latency.e2e"))
@@ -100,17 +105,34 @@ def _span_events(span: dict[str, Any], resource_inst: str | None, ctx: ParseCont
     return events
 
 
+def _trace_id(v: Any) -> str | None:
+    """A span's trace id as 32 lowercase hex digits, whether it came hex (OTLP JSON) or base64 (proto → dict)."""
+    if not isinstance(v, str) or not v:
+        return None
+    if len(v) == 32 and all(c in "0123456789abcdefABCDEF" for c in v):
+        return v.lower()
+    try:
+        raw = base64.b64decode(v, validate=True)
+    except (ValueError, binascii.Error):
+        return None
+    return raw.hex() if raw else None
+
+
 def is_otlp_json(obj: dict[str, Any]) -> bool:
     return "resourceSpans" in obj or "resource_spans" in obj
 
 
 def from_traces_dict(obj: dict[str, Any], ctx: ParseContext) -> LineResult:
-    """All request events in one ``TracesData`` dict; the first bad span's reason if nothing else parsed."""
+    """All events in one ``TracesData`` dict (request events from root spans, then ``forward_pass`` /
+    ``retraction`` from stage spans); the first bad span's reason if nothing parsed."""
+    from streams.adapters import otlp_steps  # local: otlp_steps uses this module's helpers
+
     events: list[Any] = []
     first_err: str | None = None
     rs_list = obj.get("resourceSpans", obj.get("resource_spans"))
     if not isinstance(rs_list, list):
         return "otlp: resourceSpans is not a list"
+    spans: list[tuple[dict[str, Any], str | None]] = []
     for rs in rs_list:
         if not isinstance(rs, dict):
             continue
@@ -120,18 +142,31 @@ def from_traces_dict(obj: dict[str, Any], ctx: ParseContext) -> LineResult:
         inst = inst if isinstance(inst, str) and inst else None
         scopes = rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", []))
         for ss in scopes if isinstance(scopes, list) else []:
-            spans = ss.get("spans", []) if isinstance(ss, dict) else []
-            for span in spans if isinstance(spans, list) else []:
-                if not isinstance(span, dict):
-                    continue
-                res = _span_events(span, inst, ctx)
-                if isinstance(res, str):
-                    first_err = first_err or res
-                elif res:
-                    events.extend(res)
+            sp_list = ss.get("spans", []) if isinstance(ss, dict) else []
+            spans.extend((span, inst) for span in (sp_list if isinstance(sp_list, list) else [])
+                         if isinstance(span, dict))
+    steps = otlp_steps.StepState.of(ctx)
+    for span, inst in spans:  # root spans first: their token counts complete prefill steps of the same payload
+        res = _span_events(span, inst, ctx)
+        if isinstance(res, str):
+            first_err = first_err or res
+        elif res:
+            events.extend(res)
+            steps.remember_request(_trace_id(span.get("traceId")), attributes(span.get("attributes")))
+    for span, inst in spans:
+        res = otlp_steps.span_steps(span, _trace_id(span.get("traceId")), _instance(inst, ctx), ctx.source, steps)
+        if isinstance(res, str):
+            first_err = first_err or res
+        elif res:
+            events.extend(res)
+    events.extend(steps.resolve(ctx.source))
     if events:
         return events
     return first_err
+
+
+def _instance(resource_inst: str | None, ctx: ParseContext) -> str:
+    return ctx.instance_id if ctx.scratch.get("instance_fixed") or not resource_inst else resource_inst
 
 
 def is_otlp_logs_json(obj: dict[str, Any]) -> bool:
