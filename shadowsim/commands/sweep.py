@@ -7,6 +7,8 @@ requests and differences come from the configuration alone):
   --model  --gpu  --tp  --precision  --schedule-policy  --chunked-prefill-size  --max-running-requests
   --request-rate (open loop)  or  --concurrency (closed loop)
 
+(A list that starts with a negative number needs "=": --chunked-prefill-size=-1,8192.)
+
 Impossible points are skipped with the reason (weights do not fit the GPU at that TP, TP does not divide the
 attention heads, a prompt larger than the KV pool, no per-op tables for --latency-backend table); unknown names
 (model, GPU, precision) are errors before anything runs.
@@ -103,6 +105,11 @@ def _validate(args: argparse.Namespace, axes: dict[str, list[Any]]) -> None:
     for pr in axes["precision"]:
         if pr is not None:
             normalize_precision(pr)
+    from simcore.settings import POLICIES
+
+    for pol in axes["schedule_policy"]:
+        if pol is not None and pol not in POLICIES:
+            raise UserError("--schedule-policy", f"unknown policy {pol!r}", f"use {', '.join(POLICIES)}")
     if args.request_rate is not None and args.concurrency is not None:
         raise UserError("--concurrency", "sweep either --request-rate or --concurrency, not both",
                         "run two sweeps to compare open and closed loops")

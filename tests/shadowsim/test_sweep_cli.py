@@ -142,6 +142,7 @@ def test_predict_slo_report(capsys: pytest.CaptureFixture[str]) -> None:
     (["--gpu", "h100_sxm,z9000", "--tp", "1", "--concurrency", "1"], "--gpu"),
     (["--gpu", "h100_sxm", "--precision", "bf16,fp7", "--concurrency", "1"], "--precision"),
     (["--gpu", "h100_sxm", "--request-rate", "1,2", "--concurrency", "1"], "--concurrency"),
+    (["--gpu", "h100_sxm", "--schedule-policy", "fcfs,sjf", "--concurrency", "1"], "--schedule-policy"),
     (["--gpu", "h100_sxm"], "workload"),
     (["--gpu", "h100_sxm", "--concurrency", "1", "--pareto", "ttft_p95"], "--pareto"),
     (["--gpu", "h100_sxm", "--request-rate", "1,2,4", "--max-rate-under-slo", "--slo-ttft-ms", "100"],
