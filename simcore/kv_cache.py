@@ -86,6 +86,12 @@ class KVCache:
             return MatchResult(0, self.tree.root)
         return self.tree.match_prefix(req_key, input_len - 1, now)
 
+    def touch(self, req_key: Sequence[int] | None, fill_len: int, now: float) -> None:
+        """``touch_prefix`` (§2.4): refresh the LRU stamps along the cached prefix of the request's whole fill
+        (prompt + outputs; no ``−1`` cap, unlike :meth:`match`). Changes nothing else."""
+        if req_key is not None:
+            self.tree.match_prefix(req_key, fill_len, now)
+
     def lock(self, node: TreeNode) -> None:
         self.tree.inc_lock_ref(node)
 

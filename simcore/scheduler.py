@@ -8,7 +8,8 @@ Nothing here knows about SimPy or time: :class:`simcore.server.Server` owns the 
 - :class:`PrefillAdder` — admission budgets (``max_prefill_tokens``, ``chunked_prefill_size``, remaining tokens
   counting evictable cache, the reservation ``min(max_new − out, 4096) × new_token_ratio``, page overhead);
 - :class:`NewTokenRatio` — start, decay, floor, reset, and the jump after a retraction;
-- :func:`retraction_order` — which running request a decode-memory shortage retracts first.
+- :func:`retraction_order` — which running request a decode-memory shortage retracts first;
+- :func:`preemption_victims` — which running requests a much more urgent waiting request preempts (§2.9).
 
 Requests are duck-typed (see :class:`SchedReq`): the server's request state exposes these attributes.
 All counts are tokens.
@@ -159,6 +160,15 @@ def order_waiting(waiting: list[Any], settings: ServerSettings, rng: np.random.G
     called for every waiting request under cache-aware policies only.
     """
     pol = active_policy(settings, len(waiting))
+    if settings.enable_priority_scheduling and pol in ("fcfs", "lof"):
+        # §2.4/§2.9: priority first (sign −1: higher value first), then wait-queue entry time (fcfs) or
+        # −max_new (lof; stable sort keeps queue order among equals)
+        sign = settings.priority_sign
+        if pol == "fcfs":
+            waiting.sort(key=lambda r: (r.spec.priority * sign, r.wait_entry_s))
+        else:
+            waiting.sort(key=lambda r: (r.spec.priority * sign, -r.max_new))
+        return pol
     if pol == "fcfs":
         return pol
     if pol == "lof":
@@ -186,6 +196,33 @@ def order_waiting(waiting: list[Any], settings: ServerSettings, rng: np.random.G
 def retraction_order(running: Sequence[SchedReq]) -> list[SchedReq]:
     """Requests in the order ``retract_decode`` pops them: fewest outputs first, then longest input (§2.7)."""
     return sorted(running, key=lambda r: (r.out_len, -r.input_len))
+
+
+# ---- priority preemption ----------------------------------------------------------------------------------
+def preemption_victims(req: Any, running: Sequence[Any], need_tokens: float, settings: ServerSettings,
+                       offset: Callable[[Any], float]) -> list[Any]:
+    """``PrefillAdder.preempt_to_schedule`` (§2.9): the running requests to release for ``req``, or [] if none.
+
+    Candidates in order: least preferred priority first, then the most recent wait-queue entry. A candidate is
+    preemptible while ``(req.priority − its priority) × (−sign) > threshold``; the walk stops at the first that
+    is not. Victims accumulate until their reserved tokens (``offset``) cover ``need_tokens`` (= the
+    candidate's ``fill − prefix + min(max_new, CLIP) − rem_total``); if they cannot, nothing is preempted.
+    """
+    sign = settings.priority_sign
+    thr = settings.priority_scheduling_preemption_threshold
+    order = sorted(running, key=lambda r: (r.spec.priority * -sign, -r.wait_entry_s))
+    victims: list[Any] = []
+    need = need_tokens
+    for r in order:
+        if (req.spec.priority - r.spec.priority) * -sign <= thr:
+            break
+        victims.append(r)
+        need -= offset(r)
+        if need <= 0:
+            break
+    if not victims or need > 0:
+        return []
+    return victims
 
 
 # ---- PrefillAdder -----------------------------------------------------------------------------------------
@@ -276,6 +313,9 @@ class PrefillAdder:
     # -- a waiting request --
     def add_one_req(self, req: SchedReq) -> AddResult:
         """Try to admit ``req`` whose ``prefix_len``/``last_node`` were just refreshed by a match."""
+        cap = self.s.prefill_max_requests
+        if cap is not None and len(self.can_run) >= cap:  # §2.11 (the in-flight chunk counts too)
+            return AddResult.OTHER
         max_new = self.reserve_of(req)
         extend = req.fill_len - req.prefix_len
         total_tokens = extend + max_new + self.overhead

@@ -39,11 +39,14 @@ from simcore.memory import max_running_requests as _derive_max_running
 from simcore.perf.base import BatchShape, LatencyModel
 from simcore.request import RequestSpec
 from simcore.results import RequestRecord, StepRecord
-from simcore.scheduler import AddResult, NewTokenRatio, PrefillAdder, order_waiting, retraction_order
+from simcore.scheduler import (AddResult, NewTokenRatio, PrefillAdder, order_waiting, preemption_victims,
+                               retraction_order)
 from simcore.server_results import ResultProcessor
 from simcore.server_state import Batch, Req, ReservationSum
 from simcore.settings import ServerSettings, resolve
 
+WAITING_PREFIX_REFRESH_INTERVAL = 32   # §2.4: scheduling passes between two refreshes
+WAITING_PREFIX_REFRESH_MAX_QUEUE = 128  # §2.4: waiting requests touched per refresh
 LATE = 2  # SimPy priority: URGENT=0, NORMAL=1; our wake-ups run after every same-time event
 
 
@@ -101,6 +104,10 @@ class Server(ResultProcessor):
         self.sum_kv = 0                      # Σ (input + out) over R
         self.fin_heap: list[tuple[int, int, str, int]] = []  # (G at last launch, seq, rid, version)
         self.batch_is_full = False
+        self.preempt = settings.priority_preemption       # §2.9
+        # §2.4 _touch_waiting_prefixes: on for LRU trees with the version's (or forced) setting
+        self.refresh_on = settings.waiting_prefix_refresh and not settings.disable_radix_cache
+        self.refresh_calls = 0               # passes seen by the refresh (it touches when this is ≡ 0 mod 32)
         self.reqs: dict[str, Req] = {}       # every unfinished request
         self.events: dict[str, simpy.Event] = {}
         # clock
@@ -118,6 +125,7 @@ class Server(ResultProcessor):
         self.bid = 0
         self.steps = 0
         self.num_retractions = 0
+        self.num_preemptions = 0
         self.kv_peak_used = 0
         self.itl_vals: list[float] = []
         self.itl_w: list[int] = []
@@ -261,7 +269,8 @@ class Server(ResultProcessor):
         if zombies:
             self.zombies = []
         # _prefill returns at once in these cases; skipping the call keeps a plain decode step cheap
-        if ch is not None or not ((self.R or self.F) and (self.batch_is_full or not self.waiting)):
+        full = self.batch_is_full and not self.preempt  # priority preemption resets the latch every pass
+        if ch is not None or not ((self.R or self.F) and (full or not self.waiting)):
             batch = self._prefill(t, zombies)  # type: ignore[arg-type]
             if batch is not None:
                 return batch
@@ -284,16 +293,18 @@ class Server(ResultProcessor):
         """``_get_new_batch_prefill_raw`` (§2.3) with the PrefillAdder (§2.5); None when nothing is admitted."""
         s = self.s
         running_bs = len(self.R) + len(self.F)
-        if running_bs == 0:
+        if running_bs == 0 or self.preempt:
             self.batch_is_full = False
         if (self.batch_is_full or not self.waiting) and self.chunked is None:
             return None
         allocatable = self.max_running - running_bs
-        if allocatable <= 0 and self.chunked is None:
+        if allocatable <= 0 and self.chunked is None and not self.preempt:
             self.batch_is_full = True
             return None
         kv = self.kv
-        order_waiting(self.waiting, s, self.rng, lambda r: self._match(r, t))
+        pol = order_waiting(self.waiting, s, self.rng, lambda r: self._match(r, t))
+        if self.refresh_on and self.waiting and pol in ("fcfs", "lof", "random"):
+            self._touch_waiting(t)
         mixed = s.enable_mixed_chunk and s.chunking_enabled
         adder = PrefillAdder(s, kv.available, kv.lock, kv.unlock,
                              self._running_reservation(self.ratio.current), self.ratio.current,
@@ -302,13 +313,17 @@ class Server(ResultProcessor):
         if ch is not None:
             self.chunked = adder.add_chunked_req(ch, ch.fill_target - ch.extend_end)
         admitted = 0
+        preempted: list[Req] = []
         for r in self.waiting:
             if adder.budget_state() == AddResult.OTHER:
                 break
+            if preempted:  # the running batch shrank: get_num_allocatable_reqs is re-evaluated
+                allocatable = self.max_running - len(self.R) - len(self.F)
             if len(adder.can_run) >= allocatable:
                 self.batch_is_full = True
             if self.batch_is_full:
-                break
+                if not (self.preempt and self._preempt_for(r, adder, t, preempted)):
+                    break
             self._match(r, t)  # init_next_round_input: a fresh match (touches LRU)
             res = adder.add_one_req(r)
             if adder.can_run and adder.can_run[-1] is r:
@@ -318,12 +333,48 @@ class Server(ResultProcessor):
                     self.batch_is_full = bool(adder.can_run) or running_bs > 0
                 break
         if not adder.can_run:
+            self.waiting.extend(preempted)  # released already: requeued even though nobody was admitted
             return None
         if admitted:
             del self.waiting[:admitted]  # the admitted requests are a prefix of the sorted queue
+        self.waiting.extend(preempted)   # _add_request_to_queue: at the tail, after the admitted left
         if adder.new_chunked is not None:
             self.chunked = adder.new_chunked
         return self._launch_prefill(t, adder, zombies, mixed)
+
+    def _touch_waiting(self, t: float) -> None:
+        """``_touch_waiting_prefixes`` (§2.4): every 32nd pass with a waiting queue (the first included), touch
+        the cached prefixes of the first 128 waiting requests, the head last, so LRU evicts the requests
+        furthest from admission first."""
+        refresh = self.refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0
+        self.refresh_calls += 1
+        if not refresh:
+            return
+        kv = self.kv
+        for r in reversed(self.waiting[:WAITING_PREFIX_REFRESH_MAX_QUEUE]):
+            kv.touch(r.key, r.fill_len, t)
+
+    def _preempt_for(self, req: Req, adder: PrefillAdder, t: float, preempted: list[Req]) -> bool:
+        """``preempt_to_schedule`` (§2.9): release running requests for ``req``; True if it may be tried.
+
+        The running batch is the decoding set R (requests whose last token is in flight are about to finish
+        and are left alone). Released requests free their KV without inserting it, like a retraction, and
+        are requeued at the tail after this pass (collected in ``preempted``)."""
+        ratio = adder.ratio
+        def offset(r: Req) -> float:
+            return min(r.max_new - r.out_len, self.s.clip_max_new_tokens_estimation) * (
+                1.0 if self._group(r) else ratio)
+        need = (req.fill_len - req.prefix_len + min(req.max_new, self.s.clip_max_new_tokens_estimation)
+                - adder.rem_total)
+        victims = preemption_victims(req, list(self.R.values()), need, self.s, offset)
+        if not victims:
+            return False
+        for v in victims:
+            adder.total_offset -= offset(v)  # before _release freezes its counters
+            self._release(v, t)
+            self.num_preemptions += 1
+            preempted.append(v)
+        return True
 
     def _launch_prefill(self, t: float, adder: PrefillAdder, zombies: list[Req], mixed: bool) -> Batch:
         kv = self.kv
@@ -494,7 +545,14 @@ class Server(ResultProcessor):
         return b
 
     def _retract(self, r: Req, t: float) -> None:
-        """``release_req``: free private KV (no insert), unlock, evict ``remaining × 20``, back to the tail."""
+        """Retraction (§2.7): ``release_req``, then back to the tail of the waiting queue."""
+        self._release(r, t)
+        self.num_retractions += 1
+        self.batch_is_full = False
+        self.waiting.append(r)
+
+    def _release(self, r: Req, t: float) -> None:
+        """``release_req``: free private KV (no insert), unlock, evict ``remaining × 20``, reset for retract."""
         if r.g0 < self.last_decode_apply_g:  # its last token came with the last applied decode step
             r.last_emit_s = self.last_decode_apply
         self._leave_r(r)
@@ -513,9 +571,6 @@ class Server(ResultProcessor):
         r.stain = True
         r.num_retractions += 1
         r.wait_entry_s = t
-        self.num_retractions += 1
-        self.batch_is_full = False
-        self.waiting.append(r)
 
     # ---- checks, snapshot / restore (simcore.server_snapshot) ---------------------------------------
     def check_invariants(self) -> None:

@@ -52,7 +52,8 @@ def snapshot(srv: "Server") -> dict[str, Any]:
         "now": srv.env.now, "t": srv.t, "gpu_free": srv.gpu_free, "idle": srv.idle,
         "G": srv.clk[0], "sum_kv": srv.sum_kv, "batch_is_full": srv.batch_is_full,
         "ratio": srv.ratio.current, "seq": srv.seq, "bid": srv.bid, "steps": srv.steps,
-        "num_retractions": srv.num_retractions, "kv_peak_used": srv.kv_peak_used,
+        "num_retractions": srv.num_retractions, "num_preemptions": srv.num_preemptions,
+        "refresh_calls": srv.refresh_calls, "kv_peak_used": srv.kv_peak_used,
         "last_decode_apply": srv.last_decode_apply, "last_decode_apply_g": srv.last_decode_apply_g,
         "emit_floor": srv.emit_floor, "out_free": srv.out_free, "tok_free": srv.tok_free,
         "itl_vals": list(srv.itl_vals), "itl_w": list(srv.itl_w),
@@ -102,6 +103,8 @@ def restore(cls: type["Server"], env: simpy.Environment, snap: dict[str, Any], s
         setattr(srv, k, snap[k])
     srv.out_free = snap.get("out_free", srv.out_free)  # serial host stages (absent in older snapshots)
     srv.tok_free = snap.get("tok_free", srv.tok_free)
+    srv.num_preemptions = snap.get("num_preemptions", 0)  # priority preemption, waiting-prefix refresh
+    srv.refresh_calls = snap.get("refresh_calls", 0)      # (absent in older snapshots)
     srv.ratio.current = snap["ratio"]
     srv.itl_vals, srv.itl_w = list(snap["itl_vals"]), list(snap["itl_w"])
     for t, d in snap.get("deferred", []):

@@ -68,6 +68,11 @@ class ServerSettings(BaseModel):
     enable_mixed_chunk: bool = False
     disable_radix_cache: bool = False
     enable_priority_scheduling: bool = False
+    # §2.9: sign of the priority order, preemption of running requests by much more urgent ones
+    schedule_low_priority_values_first: bool = False
+    disable_priority_preemption: bool = False
+    priority_scheduling_preemption_threshold: int = 10
+    prefill_max_requests: int | None = Field(None, ge=1)  # §2.11: cap on requests per prefill batch
     disable_cuda_graph: bool = False
     disable_cuda_graph_padding: bool = False
     cuda_graph_max_bs: int | None = Field(None, ge=1)
@@ -80,6 +85,9 @@ class ServerSettings(BaseModel):
     clip_max_new_tokens_estimation: int = Field(4096, ge=1)
     retract_decode_steps: int = Field(20, ge=1)
     lpm_fallback_queue_len: int = Field(128, ge=0)  # LPM → FCFS above this many waiting requests
+    # SGLANG_ENABLE_WAITING_PREFIX_REFRESH (§2.4): None → the version's behaviour (present in 0.5.23, absent in
+    # 0.5.9 and 0.4.x, whose schedule_policy.py has no _touch_waiting_prefixes); True/False forces it.
+    enable_waiting_prefix_refresh: bool | None = None
     # Host-side stages outside the scheduler process (not SGLang flags; docs/accuracy.md §3.5), in seconds.
     # Each is a serial server: 0 (the default) leaves the stage out. Output path = detokenizer → tokenizer
     # manager → HTTP stream: every step that emits tokens costs per_step + per_token × emitting requests, and
@@ -102,6 +110,10 @@ class ServerSettings(BaseModel):
         if cps is not None and cps > 0 and cps < self.page_size:
             raise UserError("chunked_prefill_size", f"{cps} is smaller than page_size {self.page_size}",
                             "use a multiple of the page size")
+        if self.enable_priority_scheduling and self.policy not in ("fcfs", "lof"):
+            raise UserError("enable_priority_scheduling",
+                            f"priority scheduling needs policy fcfs or lof, not {self.policy}",
+                            "add --schedule-policy fcfs (or lof), or drop --enable-priority-scheduling")
         if self.enable_mixed_chunk and cps is not None and cps <= 0:
             raise UserError("enable_mixed_chunk", "mixed chunk requires chunked prefill",
                             "set --chunked-prefill-size or drop --enable-mixed-chunk")
@@ -130,6 +142,23 @@ class ServerSettings(BaseModel):
     def new_token_ratio_decay(self) -> float:
         """Decrease per decode step that did not retract (§2.6)."""
         return (self.initial_new_token_ratio - self.min_new_token_ratio) / self.new_token_ratio_decay_steps
+
+    @property
+    def waiting_prefix_refresh(self) -> bool:
+        """Whether cache-agnostic passes refresh the LRU stamps of waiting prefixes (§2.4)."""
+        if self.enable_waiting_prefix_refresh is not None:
+            return self.enable_waiting_prefix_refresh
+        return self.family == "0.5.23"
+
+    @property
+    def priority_preemption(self) -> bool:
+        """``enable_priority_preemption`` (§2.9): on with priority scheduling unless disabled."""
+        return self.enable_priority_scheduling and not self.disable_priority_preemption
+
+    @property
+    def priority_sign(self) -> int:
+        """Sort sign of priorities (§2.4): −1 by default (higher value first), +1 with low values first."""
+        return 1 if self.schedule_low_priority_values_first else -1
 
     @property
     def policy(self) -> str:

@@ -91,6 +91,22 @@ def add_point_arguments(p: argparse.ArgumentParser, lists: frozenset[str] = froz
     s.add_argument("--disable-radix-cache", action="store_true", help="no prefix caching")
     s.add_argument("--disable-cuda-graph", action="store_true", help="decode runs eagerly")
     s.add_argument("--cuda-graph-max-bs", type=int, default=None, help="largest captured decode batch")
+    s.add_argument("--prefill-max-requests", type=int, default=None,
+                   help="cap on requests admitted into one prefill batch (default: none)")
+    s.add_argument("--enable-priority-scheduling", action="store_true",
+                   help="order the queue by request priority (trace field 'priority'; fcfs or lof only); by "
+                        "default a running request is preempted by a waiting one more than "
+                        "--priority-scheduling-preemption-threshold more urgent when the batch is full")
+    s.add_argument("--schedule-low-priority-values-first", action="store_true",
+                   help="with priority scheduling: smaller priority values are more urgent (default: larger)")
+    s.add_argument("--priority-scheduling-preemption-threshold", type=int, default=10,
+                   help="priority difference a waiting request needs to preempt a running one (default 10)")
+    s.add_argument("--disable-priority-preemption", action="store_true",
+                   help="with priority scheduling: reorder the queue only, never preempt")
+    s.add_argument("--waiting-prefix-refresh", choices=("auto", "on", "off"), default="auto",
+                   help="SGLANG_ENABLE_WAITING_PREFIX_REFRESH: under fcfs/lof/random, refresh the LRU stamps of "
+                        "the waiting requests' cached prefixes every 32 passes (auto: as the version does, "
+                        "i.e. on for 0.5.23, absent in 0.5.9 and 0.4)")
     w = p.add_argument_group("workload")
     w.add_argument("--trace", default=None, metavar="PATH", help="replay a trace file")
     w.add_argument("--trace-format", default="auto", choices=TRACE_FORMATS,
@@ -132,7 +148,14 @@ def settings_from_args(args: argparse.Namespace, gpu_mem: int) -> Any:
             page_size=args.page_size, tp_size=args.tp, kv_cache_dtype=args.kv_cache_dtype,
             context_length=args.context_length, disable_overlap_schedule=args.disable_overlap_schedule,
             enable_mixed_chunk=args.enable_mixed_chunk, disable_radix_cache=args.disable_radix_cache,
-            disable_cuda_graph=args.disable_cuda_graph, cuda_graph_max_bs=args.cuda_graph_max_bs)
+            disable_cuda_graph=args.disable_cuda_graph, cuda_graph_max_bs=args.cuda_graph_max_bs,
+            prefill_max_requests=getattr(args, "prefill_max_requests", None),
+            enable_priority_scheduling=getattr(args, "enable_priority_scheduling", False),
+            schedule_low_priority_values_first=getattr(args, "schedule_low_priority_values_first", False),
+            priority_scheduling_preemption_threshold=getattr(args, "priority_scheduling_preemption_threshold", 10),
+            disable_priority_preemption=getattr(args, "disable_priority_preemption", False),
+            enable_waiting_prefix_refresh={"on": True, "off": False}.get(
+                getattr(args, "waiting_prefix_refresh", "auto")))
     except ValidationError as exc:
         err = exc.errors()[0]
         field = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "settings"
