@@ -69,3 +69,65 @@ def run(reqs: Sequence[RequestSpec], *, cap: int = 100_000, lat: Any = LAT, fast
         out.server.check_invariants()
         assert out.server.kv.used == 0, "KV still held after every request finished"
     return out
+
+
+def mixed_workload() -> list[RequestSpec]:
+    """120 requests every 10 ms, 10–700-token prompts sharing four prefixes, half EOS-finished: a busy server."""
+    import random
+
+    rnd = random.Random(7)
+    out = []
+    for i in range(120):
+        n = rnd.randint(10, 700)
+        base = (i % 4) * 10_000
+        m = rnd.randint(1, 500)
+        out.append(req(f"r{i}", i * 0.01, n, m, max_new=m + 50 if i % 2 else -1,  # odd: EOS finishes
+                       key=list(range(base, base + n))))
+    return out
+
+
+@dataclass
+class Resumed:
+    whole: Server  # the uninterrupted run
+    first: Server  # the run up to the cut
+    second: Server  # restored from the first's snapshot and run to the end
+    snapshot: dict[str, Any]
+
+    @property
+    def resumed_records(self) -> list[RequestRecord]:
+        return sorted(self.first.records + self.second.records, key=lambda r: r.rid)
+
+    @property
+    def whole_records(self) -> list[RequestRecord]:
+        return sorted(self.whole.records, key=lambda r: r.rid)
+
+
+def snapshot_and_resume(settings: ServerSettings, reqs: Sequence[RequestSpec], cut_s: float, *, cap: int = 2500,
+                        lat: Any = None) -> Resumed:
+    """Run ``reqs`` whole; run them again to ``cut_s``, snapshot (through JSON: no pickles), restore into a fresh
+    environment and continue. Callers assert that the resumed run equals the whole one."""
+    import json
+
+    lat = lat if lat is not None else LinearLatencyModel(cpu_s=0.001)
+
+    def feed(env, srv, start):  # type: ignore[no-untyped-def]
+        for r in reqs[start:]:
+            if r.arrival_s > env.now:
+                yield env.timeout(r.arrival_s - env.now)
+            srv.submit(r)
+
+    env = simpy.Environment()
+    whole = Server(env, settings, cap, lat, rng=np.random.default_rng(1))
+    env.process(feed(env, whole, 0))
+    env.run()
+
+    env = simpy.Environment()
+    first = Server(env, settings, cap, lat, rng=np.random.default_rng(1))
+    env.process(feed(env, first, 0))
+    env.run(until=cut_s)
+    snap = json.loads(json.dumps(first.snapshot()))
+    env2 = simpy.Environment(initial_time=env.now)
+    second = Server.restore(env2, snap, settings, lat)
+    env2.process(feed(env2, second, sum(1 for r in reqs if r.arrival_s < cut_s)))
+    env2.run()
+    return Resumed(whole, first, second, snap)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import simpy
 
@@ -15,7 +14,7 @@ from simcore.perf.base import LinearLatencyModel
 from simcore.server import Server
 from simcore.settings import ServerSettings, resolve
 
-from serverkit import LAT, run, req
+from serverkit import LAT, mixed_workload, run, req, snapshot_and_resume
 
 
 def test_single_request_timeline_without_overlap() -> None:
@@ -198,18 +197,7 @@ def test_a_prompt_near_the_pool_size_fits_unless_the_page_reservation_tips_it(ve
     assert (rec.aborted, rec.output_len) == (aborted, 0 if aborted else 98)
 
 
-def _workload() -> list:
-    import random
-
-    rnd = random.Random(7)
-    out = []
-    for i in range(120):
-        n = rnd.randint(10, 700)
-        base = (i % 4) * 10_000
-        m = rnd.randint(1, 500)
-        out.append(req(f"r{i}", i * 0.01, n, m, max_new=m + 50 if i % 2 else -1,  # odd: EOS finishes
-                       key=list(range(base, base + n))))
-    return out
+_workload = mixed_workload
 
 
 @pytest.mark.parametrize("overlap", [True, False])
@@ -232,32 +220,9 @@ def test_fast_path_equals_step_by_step(overlap: bool, policy: str) -> None:
 @pytest.mark.parametrize("cut_s", [0.3, 1.0, 2.55])
 def test_snapshot_restore_continues_exactly(cut_s: float) -> None:
     s = resolve(ServerSettings(chunked_prefill_size=512, schedule_policy="lpm"), 80 * 1024**3)
-    lat = LinearLatencyModel(cpu_s=0.001)
-    reqs = _workload()
-
-    def feed(env, srv, start):  # type: ignore[no-untyped-def]
-        for r in reqs[start:]:
-            if r.arrival_s > env.now:
-                yield env.timeout(r.arrival_s - env.now)
-            srv.submit(r)
-
-    env = simpy.Environment()
-    whole = Server(env, s, 2500, lat, rng=np.random.default_rng(1))
-    env.process(feed(env, whole, 0))
-    env.run()
-
-    env = simpy.Environment()
-    first = Server(env, s, 2500, lat, rng=np.random.default_rng(1))
-    env.process(feed(env, first, 0))
-    env.run(until=cut_s)
-    snap = json.loads(json.dumps(first.snapshot()))  # JSON round trip: no pickles
-    env2 = simpy.Environment(initial_time=env.now)
-    second = Server.restore(env2, snap, s, lat)
-    env2.process(feed(env2, second, sum(1 for r in reqs if r.arrival_s < cut_s)))
-    env2.run()
-    resumed = sorted(first.records + second.records, key=lambda r: r.rid)
-    assert resumed == sorted(whole.records, key=lambda r: r.rid)
-    assert len(resumed) == 120
+    r = snapshot_and_resume(s, _workload(), cut_s)
+    assert r.resumed_records == r.whole_records
+    assert len(r.resumed_records) == 120
 
 
 def test_same_seed_same_result_random_policy() -> None:

@@ -7,17 +7,13 @@ the assertions follows from that by hand.
 """
 from __future__ import annotations
 
-import json
 
-import numpy as np
 import pytest
-import simpy
 
 from simcore.perf.base import LinearLatencyModel
-from simcore.server import Server
 from simcore.settings import ServerSettings, resolve
 
-from serverkit import run, req
+from serverkit import run, req, snapshot_and_resume
 from test_server import _workload
 
 FOUR = [req(f"r{i}", 0.0, 100, 5) for i in range(4)]  # one 400-token prefill (50 ms), then 10 ms decode steps
@@ -91,30 +87,8 @@ def test_fast_path_equals_step_by_step_with_host_stages(overlap: bool) -> None:
 @pytest.mark.parametrize("cut_s", [0.3, 1.6])
 def test_snapshot_restore_keeps_the_host_stage_queues(cut_s: float) -> None:
     s = resolve(ServerSettings(chunked_prefill_size=512, **STAGES), 80 * 1024**3)
-    lat = LinearLatencyModel(cpu_s=0.001)
-    reqs = _workload()
+    r = snapshot_and_resume(s, _workload(), cut_s)
+    assert r.snapshot["out_free"] > 0 and r.snapshot["tok_free"] > 0
+    assert r.resumed_records == r.whole_records
+    assert len(r.resumed_records) == 120
 
-    def feed(env, srv, start):  # type: ignore[no-untyped-def]
-        for r in reqs[start:]:
-            if r.arrival_s > env.now:
-                yield env.timeout(r.arrival_s - env.now)
-            srv.submit(r)
-
-    env = simpy.Environment()
-    whole = Server(env, s, 2500, lat, rng=np.random.default_rng(1))
-    env.process(feed(env, whole, 0))
-    env.run()
-
-    env = simpy.Environment()
-    first = Server(env, s, 2500, lat, rng=np.random.default_rng(1))
-    env.process(feed(env, first, 0))
-    env.run(until=cut_s)
-    snap = json.loads(json.dumps(first.snapshot()))
-    assert snap["out_free"] > 0 and snap["tok_free"] > 0
-    env2 = simpy.Environment(initial_time=env.now)
-    second = Server.restore(env2, snap, s, lat)
-    env2.process(feed(env2, second, sum(1 for r in reqs if r.arrival_s < cut_s)))
-    env2.run()
-    resumed = sorted(first.records + second.records, key=lambda r: r.rid)
-    assert resumed == sorted(whole.records, key=lambda r: r.rid)
-    assert len(resumed) == 120

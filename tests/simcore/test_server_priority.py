@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import simpy
 
@@ -16,7 +15,7 @@ from simcore.perf.base import LinearLatencyModel
 from simcore.server import Server
 from simcore.settings import ServerSettings, resolve
 
-from serverkit import run, req
+from serverkit import run, req, snapshot_and_resume
 
 PRIO = dict(enable_priority_scheduling=True, schedule_policy="fcfs", disable_overlap_schedule=True)
 
@@ -151,32 +150,10 @@ def test_invariants_hold_under_preemption() -> None:
 def test_snapshot_restore_continues_exactly_with_priorities_and_refresh(cut_s: float) -> None:
     s = resolve(ServerSettings(chunked_prefill_size=512, enable_priority_scheduling=True, sglang_version="0.5.23",
                                max_running_requests=4), 80 * 1024**3)
-    lat = LinearLatencyModel(cpu_s=0.001)
-    reqs = _workload()
-
-    def feed(env, srv, start):  # type: ignore[no-untyped-def]
-        for r in reqs[start:]:
-            if r.arrival_s > env.now:
-                yield env.timeout(r.arrival_s - env.now)
-            srv.submit(r)
-
-    env = simpy.Environment()
-    whole = Server(env, s, 2500, lat, rng=np.random.default_rng(1))
-    env.process(feed(env, whole, 0))
-    env.run()
-
-    env = simpy.Environment()
-    first = Server(env, s, 2500, lat, rng=np.random.default_rng(1))
-    env.process(feed(env, first, 0))
-    env.run(until=cut_s)
-    snap = json.loads(json.dumps(first.snapshot()))
-    assert snap["refresh_calls"] > 0
-    env2 = simpy.Environment(initial_time=env.now)
-    second = Server.restore(env2, snap, s, lat)
-    env2.process(feed(env2, second, sum(1 for r in reqs if r.arrival_s < cut_s)))
-    env2.run()
-    assert sorted(first.records + second.records, key=lambda r: r.rid) == sorted(whole.records, key=lambda r: r.rid)
-    assert second.num_preemptions == whole.num_preemptions > 0  # the counter is part of the snapshot
+    r = snapshot_and_resume(s, _workload(), cut_s)
+    assert r.snapshot["refresh_calls"] > 0
+    assert r.resumed_records == r.whole_records
+    assert r.second.num_preemptions == r.whole.num_preemptions > 0  # the counter is part of the snapshot
 
 
 def test_snapshot_without_the_new_fields_still_restores() -> None:
