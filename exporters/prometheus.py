@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric)
 from prometheus_client.registry import Collector
 
-from shadowsim.shadow.view import ShadowView
+from exporters.view import ShadowView
 
 P = "shadowsim_"
 _LATENCY_DOC = {

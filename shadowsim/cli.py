@@ -1,6 +1,8 @@
 """`shadowsim` command line: one sub-command per module in `shadowsim.commands`.
 
-Each command module exposes ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
+Each command module exposes ``add_arguments(parser)`` and ``run(args) -> int``, the only names read from it; its
+name and one-line help are its entry in ``COMMANDS`` below (a module's own NAME/HELP constants, where present,
+are not read), and its module docstring is the command's ``--help`` description.
 Modules are imported lazily so `shadowsim --help` stays fast and one broken command cannot hide the others.
 """
 from __future__ import annotations

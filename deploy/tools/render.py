@@ -7,6 +7,7 @@ Sources -> generated files:
   deploy/tools/dashboards.py             -> deploy/grafana/dashboards/*.json
   deploy/prometheus/rules/*.yml          -> deploy/k8s/prometheusrule.yaml   (PrometheusRule CRD)
   deploy/grafana/dashboards/*.json       -> deploy/k8s/grafana-dashboards.yaml (ConfigMap for Grafana's sidecar)
+  deploy/shadow.yaml                     -> deploy/k8s/shadow-config.yaml (ConfigMap mounted by the Deployment)
 Editing a generated file by hand is pointless: the next render overwrites it and the tests flag the drift.
 """
 from __future__ import annotations
@@ -79,12 +80,24 @@ def dashboards_configmap(files: dict[Path, str]) -> str:
     return HEADER.format(src="deploy/tools/dashboards.py") + _yaml(doc)
 
 
+def shadow_configmap() -> str:
+    """deploy/shadow.yaml verbatim (comments included) as the ConfigMap the Deployment mounts at /etc/shadowsim."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "shadowsim-config", "labels": {**K8S_LABELS, "app.kubernetes.io/component": "shadow"}},
+        "data": {"shadow.yaml": (DEPLOY / "shadow.yaml").read_text()},
+    }
+    return HEADER.format(src="deploy/shadow.yaml") + _yaml(doc)
+
+
 def render() -> dict[Path, str]:
     files = dashboard_files()
     return {
         **files,
         DEPLOY / "k8s" / "prometheusrule.yaml": prometheus_rule(),
         DEPLOY / "k8s" / "grafana-dashboards.yaml": dashboards_configmap(files),
+        DEPLOY / "k8s" / "shadow-config.yaml": shadow_configmap(),
     }
 
 

@@ -32,8 +32,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--group", help="consumer group; processes of one group share the partitions (default shadowsim)")
     p.add_argument("--session-timeout-ms", type=int, help="Kafka group session timeout (default 10000): how long "
                    "a dead member keeps its partitions")
-    p.add_argument("--config", type=Path, help="shadow.yaml: instance settings, event-time rules, drift thresholds "
-                   "(see docs/shadow.md)")
+    p.add_argument("--config", type=Path, help="shadow.yaml: model/GPU/TP/precision/profile per instance, event-time "
+                   "rules, drift thresholds (see docs/shadow.md; deploy/shadow.yaml is the deployments' example). "
+                   "Without it, or for an instance it does not describe, a twin uses the model/GPU of the server's "
+                   "server_config events, else the placeholder linear latency model (logged once)")
     p.add_argument("--metrics-port", type=int, help="port of /metrics and /healthz (default 9400; 0 = any free)")
     p.add_argument("--metrics-host", default="0.0.0.0", help="address to serve metrics on (default 0.0.0.0)")
     p.add_argument("--state-dir", type=Path, help="directory of the snapshot files (default ./shadow-state)")

@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "else fixed; docs/accuracy.md 3.5)")
     parser.add_argument("--output-path-us-per-step", type=float, default=0.0, metavar="US",
                         help="host output path (detokenizer → tokenizer manager → SSE) as a serial stage: "
-                             "cost per step that emits tokens, µs (default 0 = not modelled; docs/accuracy.md 3.5)")
+                             "cost per step that emits tokens, µs (default 0 = not modelled; docs/accuracy.md §3.6)")
     parser.add_argument("--output-path-us-per-token", type=float, default=0.0, metavar="US",
                         help="... and per emitted token, µs (default 0; sources bound it to ≤ ~70–100 µs)")
     parser.add_argument("--tokenizer-us-per-request", type=float, default=0.0, metavar="US",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shadowsim.shadow.view import InstanceView, ShadowView
+from exporters.view import InstanceView, ShadowView
 
 CLEAR = "\x1b[H\x1b[2J"
 RED, GREEN, YELLOW, BOLD, RESET = "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[1m", "\x1b[0m"

@@ -5,10 +5,11 @@ receives only its sub-config. Units are in the field names (``_s`` seconds, ``_t
 
 Example ``shadow.yaml``::
 
-    instances:                     # settings per SGLang instance id; `default` applies to unknown instances
+    instances:                     # `default` applies to every instance; an entry per id overrides it field by field
       default:
         model: Qwen/Qwen3-0.6B
-        gpu: H100-SXM
+        gpu: h100_sxm
+        tp_size: 1
         kv_capacity_tokens: 200000
         settings: {sglang_version: 0.5.9, chunked_prefill_size: 8192}
     time:
@@ -18,6 +19,8 @@ Example ``shadow.yaml``::
       window_s: 60.0
       mape_threshold: {ttft: 0.25, tpot: 0.15, e2e: 0.2}
     snapshot: {dir: ./shadow-state, every_s: 10, every_events: 5000}
+
+See deploy/shadow.yaml for the file the deployments mount.
 """
 from __future__ import annotations
 
@@ -54,9 +57,16 @@ class InstanceConfig(_Frozen):
 
     model: str = "unknown"
     gpu: str | None = None
+    tp_size: int | None = Field(None, ge=1, description="tensor parallelism; a server_config event's tp_size wins, "
+                                "then settings.tp_size, else 1")
     precision: str = "bf16"
-    latency_backend: Literal["perf", "linear"] = Field(
-        "linear", description="'perf': simcore.perf.build_latency_model(model, gpu, tp, precision); 'linear'")
+    latency_backend: Literal["auto", "perf", "linear"] = Field(
+        "auto", description="'perf': simcore.perf.build_latency_model(model, gpu, tp, precision) (an unknown "
+        "model/GPU is an error); 'linear': the `linear` coefficients; 'auto': perf when the catalogues know the "
+        "model and GPU (from here or server_config events), else linear, said once in the log and exported as "
+        "latency_model=\"linear-fallback\"")
+    profile: Path | None = Field(None, description="calibration profile JSON (simcore.perf.profile) for the perf "
+                                 "model; relative paths are relative to shadow.yaml; default: the shipped profile")
     linear: LinearLatencyConfig = LinearLatencyConfig()
     kv_capacity_tokens: int = Field(200_000, ge=1, description="KV pool size when no server_config gives it")
     settings: dict[str, Any] = Field(default_factory=dict, description="simcore.settings.ServerSettings fields")
@@ -115,8 +125,19 @@ class ShadowConfig(_Frozen):
     emulated: bool = Field(False, description="the shadowed instances are emulated (demo); shown in build info")
 
     def instance(self, instance_id: str) -> InstanceConfig:
-        """The settings of ``instance_id``: its own entry, else ``default``, else built-in defaults."""
-        return self.instances.get(instance_id) or self.instances.get("default") or InstanceConfig()
+        """The settings of ``instance_id``: the ``default`` entry (else built-in defaults) with the fields the
+        instance's own entry sets laid over it (``settings`` merged key by key)."""
+        return merge_instance(self.instances.get("default") or InstanceConfig(), self.instances.get(instance_id))
+
+
+def merge_instance(base: InstanceConfig, own: InstanceConfig | None) -> InstanceConfig:
+    """``base`` overridden by the fields ``own`` sets explicitly (``settings`` merged key by key)."""
+    if own is None or own is base:
+        return base
+    data = base.model_dump()
+    for name in own.model_fields_set:
+        data[name] = {**base.settings, **own.settings} if name == "settings" else own.model_dump()[name]
+    return InstanceConfig.model_validate(data)
 
 
 def load_config(path: Path | str | None, overrides: dict[str, Any] | None = None) -> ShadowConfig:
@@ -142,8 +163,37 @@ def load_config(path: Path | str | None, overrides: dict[str, Any] | None = None
             node = node.setdefault(part, {})
         node[leaf] = value
     try:
-        return ShadowConfig.model_validate(data)
+        cfg = ShadowConfig.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(x) for x in err["loc"]) or "config"
         raise UserError(field, err["msg"], "see the example in docs/shadow.md") from exc
+    if path is not None:
+        cfg = _resolve_profiles(cfg, Path(path).parent)
+    _check_profiles(cfg)
+    return cfg
+
+
+def _resolve_profiles(cfg: ShadowConfig, base_dir: Path) -> ShadowConfig:
+    """Relative ``profile`` paths name files next to shadow.yaml (a mounted ConfigMap directory, say)."""
+    out = {}
+    for iid, inst in cfg.instances.items():
+        if inst.profile is not None and not inst.profile.is_absolute():
+            # model_copy keeps model_fields_set, so the entry still overrides only what it set
+            inst = inst.model_copy(update={"profile": base_dir / inst.profile})
+        out[iid] = inst
+    return cfg.model_copy(update={"instances": out})
+
+
+def _check_profiles(cfg: ShadowConfig) -> None:
+    """Load every named profile once at startup: a missing, broken or hand-edited (hash mismatch) file stops the
+    service now, naming the entry, instead of when the first event of that instance arrives."""
+    from simcore.perf.profile import CalibrationProfile  # noqa: PLC0415 - only when a profile is named
+
+    for iid, inst in cfg.instances.items():
+        if inst.profile is not None:
+            try:
+                CalibrationProfile.load(inst.profile)
+            except UserError as exc:
+                message = str(exc).removeprefix(f"{exc.field}: ")  # the hint stays in the text
+                raise UserError(f"instances.{iid}.profile", message) from exc

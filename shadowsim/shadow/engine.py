@@ -8,7 +8,9 @@ submission) order, which is a function of the event sequence only — so replays
 from __future__ import annotations
 
 import heapq
+import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,40 +56,82 @@ class ScaledLatencyModel:
         return StepTime(st.gpu_s * f, st.cpu_s) if f != 1.0 else st
 
 
-def build_latency(cfg: InstanceConfig, server_config: dict[str, Any]) -> LatencyModel:
-    """The instance's latency model: simcore.perf when configured and available, else the linear model."""
-    if cfg.latency_backend == "perf":
-        from simcore.gpus import load_gpu  # noqa: PLC0415 - heavy imports only when asked for
-        from simcore.models import load_model  # noqa: PLC0415
-        from simcore.perf import build_latency_model  # noqa: PLC0415
+FALLBACK_NAME = "linear-fallback"  # latency_model label of an `auto` instance the catalogues do not know
+log = logging.getLogger("shadowsim.shadow")
+_WARNED: set[tuple[str, str | None, int, str]] = set()  # (model, gpu, tp, reason) already logged: say it once
 
-        model = server_config.get("model") or cfg.model
-        gpu = server_config.get("gpu") or cfg.gpu
+
+def instance_tp(cfg: InstanceConfig, server_config: dict[str, Any]) -> int:
+    """Tensor parallelism: the server's word (server_config tp_size), else shadow.yaml, else 1."""
+    return int(server_config.get("tp_size") or cfg.tp_size or cfg.settings.get("tp_size") or 1)
+
+
+def build_latency(cfg: InstanceConfig, server_config: dict[str, Any]) -> LatencyModel:
+    """The instance's latency model.
+
+    ``perf``: simcore.perf for the model/GPU/TP/precision (errors if they are unknown); ``linear``: the configured
+    coefficients; ``auto`` (the default): perf when the model and GPU are known (shadow.yaml or server_config
+    events) and in the catalogues, else the linear model named ``linear-fallback``, with one log warning saying
+    why. The choice is a function of (config, server_config) only, so a restored twin makes the same one."""
+    if cfg.latency_backend == "linear":
+        return _linear(cfg)
+    model = str(server_config.get("model") or cfg.model)
+    gpu = server_config.get("gpu") or cfg.gpu
+    tp = instance_tp(cfg, server_config)
+    if cfg.latency_backend == "perf":
         if not gpu:
             raise UserError("instances.<id>.gpu", "the perf latency backend needs a GPU name",
-                            "set gpu: (e.g. h100) in shadow.yaml, or latency_backend: linear")
-        tp = int(server_config.get("tp_size") or cfg.settings.get("tp_size", 1))
-        return _cached_perf_model(model, gpu, tp, cfg.precision, load_model, load_gpu, build_latency_model)
+                            "set gpu: (e.g. h100_sxm) in shadow.yaml, or latency_backend: linear")
+        return _cached_perf_model(model, str(gpu), tp, cfg.precision, cfg.profile)
+    # auto
+    reason = None
+    if model == "unknown":
+        reason = "no model named (shadow.yaml `model:` or a server_config event)"
+    elif not gpu:
+        reason = "no GPU named (shadow.yaml `gpu:` or a server_config event)"
+    else:
+        try:
+            return _cached_perf_model(model, str(gpu), tp, cfg.precision, cfg.profile)
+        except UserError as exc:  # not in the model/GPU catalogue, unknown precision, ...
+            reason = str(exc)
+    key = (model, gpu, tp, reason)
+    if key not in _WARNED:
+        _WARNED.add(key)
+        log.warning("latency model for model %r on GPU %r tp=%d: linear fallback (%s); predictions use the "
+                    "placeholder `linear:` coefficients, exported as latency_model=%r. Set model/gpu in shadow.yaml "
+                    "(docs/shadow.md).", model, gpu, tp, reason, FALLBACK_NAME)
+    return _linear(cfg, name=FALLBACK_NAME)
+
+
+def _linear(cfg: InstanceConfig, name: str = "linear") -> LinearLatencyModel:
     lin = cfg.linear
     return LinearLatencyModel(base_s=lin.base_s, per_extend_token_s=lin.per_extend_token_s,
                               per_decode_req_s=lin.per_decode_req_s, per_kv_token_s=lin.per_kv_token_s,
-                              cpu_s=lin.cpu_s)
+                              cpu_s=lin.cpu_s, name=name)
 
 
-_PERF_CACHE: dict[tuple[str, str, int, str], LatencyModel] = {}
+_PERF_CACHE: dict[tuple[str, str, int, str, str | None], LatencyModel] = {}
 
 
-def _cached_perf_model(model: str, gpu: str, tp: int, precision: str, load_model: Any, load_gpu: Any,
-                       build: Any) -> LatencyModel:
-    # Loading tables takes about a second; twins of the same model/GPU share one (pure, memoizing) model.
-    key = (model, gpu, tp, precision)
+def _cached_perf_model(model: str, gpu: str, tp: int, precision: str, profile: Path | None) -> LatencyModel:
+    # Loading tables takes about a second; twins of the same model/GPU/profile share one (pure, memoizing) model.
+    from simcore.gpus import load_gpu  # noqa: PLC0415 - heavy imports only when asked for
+    from simcore.models import load_model  # noqa: PLC0415
+    from simcore.perf import build_latency_model  # noqa: PLC0415
+    from simcore.perf.profile import CalibrationProfile  # noqa: PLC0415
+
+    key = (model, gpu, tp, precision, str(profile) if profile is not None else None)
     if key not in _PERF_CACHE:
-        _PERF_CACHE[key] = build(load_model(model), load_gpu(gpu), tp, precision)
+        # load() refuses a file whose stored hash does not match its content (checked at startup as well)
+        prof = CalibrationProfile.load(profile) if profile is not None else None
+        _PERF_CACHE[key] = build_latency_model(load_model(model), load_gpu(gpu), tp, precision, profile=prof)
     return _PERF_CACHE[key]
 
 
 def build_settings(cfg: InstanceConfig, server_config: dict[str, Any]) -> ServerSettings:
     data = dict(cfg.settings)
+    if cfg.tp_size is not None:
+        data.setdefault("tp_size", cfg.tp_size)
     for src, dst in _CONFIG_TO_SETTINGS.items():
         if server_config.get(src) is not None:
             data[dst] = server_config[src]

@@ -1,56 +1,20 @@
-"""Read-only views of the shadow's state, built under the service lock at scrape time.
+"""Builds the read-only views of the shadow's state under the service lock, at scrape time.
 
-The exporter and the terminal UI read these frozen records, never the twins themselves, so a scrape sees one
-consistent moment and cannot change anything.
+The view types are the exporter's input contract and live in ``exporters.view`` (re-exported here for the
+shadow's own readers); this module is the only place that reads the twins for them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from importlib import metadata
 
+from exporters.view import InstanceView, ShadowView
 from shadowsim.shadow.config import METRICS
 from shadowsim.shadow.stats import Histogram
 
 if False:  # pragma: no cover - typing only, avoids an import cycle
     from shadowsim.shadow.service import ShadowService
 
-
-@dataclass(frozen=True)
-class InstanceView:
-    instance: str
-    model: str
-    version: str
-    latency_model: str
-    calibration_hash: str
-    emulated: bool
-    latency: dict[str, dict[str, Histogram]]  # metric -> source -> histogram (copies)
-    ape: dict[str, dict[str, Histogram]]  # metric -> mode -> histogram (copies)
-    mape: dict[str, dict[str, float]]  # mode -> metric -> MAPE
-    window_counts: dict[str, dict[str, int]]  # mode -> metric -> samples in window
-    thresholds: dict[str, float]
-    drift: dict[str, bool]  # kind -> verdict
-    drift_explanation: str
-    factors: dict[str, float]
-    factor_baseline: dict[str, float]
-    counters: dict[str, dict[str, int]]  # name -> source -> value
-    gauges: dict[str, dict[str, float]]  # queue/running/kv_usage -> source -> value
-    events_processed: int
-    events_late: int
-    requests_estimated: int
-    shadow_lag_s: float | None
-    last_event_wall_ts: float | None
-    simulated_ts: float | None
-    alerts: list[dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class ShadowView:
-    instances: list[InstanceView]
-    dead_letters: dict[str, int]
-    records_processed: int
-    checkpoints: int
+__all__ = ["InstanceView", "ShadowView", "build_view"]
 
 
 def _version() -> str:

@@ -40,13 +40,16 @@ def _run(*cmd: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
 
 
 def _k8s_docs() -> dict[str, dict[str, Any]]:
-    """kind -> document, for every manifest in deploy/k8s except the kustomization."""
+    """kind -> document (``ConfigMap/<name>`` for ConfigMaps: there are several), for every manifest in deploy/k8s
+    except the kustomization."""
     docs = {}
     for path in sorted(K8S.glob("*.yaml")):
         if path.name == "kustomization.yaml":
             continue
         for doc in yaml.safe_load_all(path.read_text()):
-            docs[doc["kind"]] = doc
+            key = f"ConfigMap/{doc['metadata']['name']}" if doc["kind"] == "ConfigMap" else doc["kind"]
+            assert key not in docs, f"two manifests of {key}"
+            docs[key] = doc
     return docs
 
 
@@ -82,7 +85,8 @@ def test_yamllint_rejects_bad_indentation(tmp_path: Path) -> None:
 
 def test_every_manifest_validates_against_its_schema() -> None:
     docs = _k8s_docs()
-    assert set(docs) == {"Namespace", "Deployment", "Service", "ServiceMonitor", "PrometheusRule", "ConfigMap"}
+    assert set(docs) == {"Namespace", "Deployment", "Service", "ServiceMonitor", "PrometheusRule",
+                         "ConfigMap/shadowsim-dashboards", "ConfigMap/shadowsim-config"}
     for doc in docs.values():
         _validate_k8s(doc)
 
@@ -150,9 +154,57 @@ def test_prometheus_rule_carries_every_rule_of_the_rule_files() -> None:
 
 
 def test_dashboards_configmap_carries_every_dashboard() -> None:
-    cm = _k8s_docs()["ConfigMap"]
+    cm = _k8s_docs()["ConfigMap/shadowsim-dashboards"]
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert {k: json.loads(v) for k, v in cm["data"].items()} == _prom.load_dashboards()
+
+
+def test_deployment_mounts_the_shadow_config_and_passes_it() -> None:
+    """The Deployment runs with the shipped shadow.yaml: the ConfigMap carries deploy/shadow.yaml verbatim, is
+    mounted where --config points, and is listed in the kustomization (so `kubectl apply -k` creates it)."""
+    docs = _k8s_docs()
+    cm = docs["ConfigMap/shadowsim-config"]
+    assert cm["data"]["shadow.yaml"] == (DEPLOY / "shadow.yaml").read_text()
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    config_path = Path(container["args"][container["args"].index("--config") + 1])
+    volume = next(v for v in pod["volumes"] if v.get("configMap", {}).get("name") == cm["metadata"]["name"])
+    mount = next(m for m in container["volumeMounts"] if m["name"] == volume["name"])
+    assert mount["readOnly"] is True
+    assert config_path.parent == Path(mount["mountPath"]) and config_path.name in cm["data"]
+    assert "shadow-config.yaml" in yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"]
+
+
+def test_shipped_shadow_yaml_loads_with_the_real_config_loader(tmp_path: Path) -> None:
+    """deploy/shadow.yaml is a valid config: defaults for every instance, overrides per instance, and each names a
+    model and GPU the catalogues know (so `auto` picks the perf model, not the linear fallback)."""
+    from simcore.gpus import load_gpu
+    from simcore.models import load_model
+    from shadowsim.shadow.config import load_config
+    from shadowsim.shadow.engine import build_latency
+
+    cfg = load_config(DEPLOY / "shadow.yaml")
+    default, big = cfg.instance("sglang-0"), cfg.instance("sglang-70b")
+    assert (default.model, default.gpu, default.tp_size, default.precision) == ("Qwen/Qwen3-8B", "h100_sxm", 1, "bf16")
+    assert (big.model, big.gpu, big.tp_size, big.precision) == ("meta-llama/Meta-Llama-3.1-70B", "h200_sxm", 4, "fp8")
+    assert big.settings == default.settings == {"chunked_prefill_size": 8192}  # inherited from `default`
+    assert default.latency_backend == big.latency_backend == "auto"
+    for inst in (default, big):
+        load_model(inst.model), load_gpu(inst.gpu or "")  # raise UserError if not catalogued
+    names = {build_latency(inst, {}).name for inst in (default, big)}
+    assert names == {"table:h100_sxm:tp1:bf16", "table:h200_sxm:tp4:fp8"}
+    # The same file, as the k8s ConfigMap delivers it, loads identically.
+    copy_ = tmp_path / "shadow.yaml"
+    copy_.write_text(_k8s_docs()["ConfigMap/shadowsim-config"]["data"]["shadow.yaml"])
+    assert load_config(copy_) == cfg
+
+
+def test_compose_mounts_the_shadow_config_and_passes_it() -> None:
+    svc = yaml.safe_load(COMPOSE.read_text())["services"]["shadowsim"]
+    config_path = svc["command"][svc["command"].index("--config") + 1]
+    mount = next(v for v in svc["volumes"] if v.split(":")[1] == config_path)
+    source, _, mode = mount.split(":")
+    assert (COMPOSE.parent / source).resolve() == (DEPLOY / "shadow.yaml").resolve() and mode == "ro"
 
 
 # --- Compose ------------------------------------------------------------------------------------------------------
@@ -225,6 +277,8 @@ def test_shadowsim_command_lines_are_accepted_by_the_cli() -> None:
     k8s = _k8s_docs()["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
     for argv in (cmd, compose["services"]["shadowsim"]["command"], k8s):
         build_parser("run").parse_args(argv)  # exits (SystemExit) on an unknown option
+    for argv in (compose["services"]["shadowsim"]["command"], k8s):  # the deployments name their shadow.yaml
+        assert build_parser("run").parse_args(argv).config == Path("/etc/shadowsim/shadow.yaml")
 
 
 # --- Dockerfile, Alertmanager, Grafana provisioning -----------------------------------------------------------

@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 
 from exporters.prometheus import MetricsServer, make_registry
 from shadowsim.shadow.stats import InstanceStats
-from shadowsim.shadow.view import InstanceView, ShadowView
+from exporters.view import InstanceView, ShadowView
 
 
 def _view() -> ShadowView:

@@ -20,6 +20,10 @@ def test_the_documented_example_loads(tmp_path: Path) -> None:
     cfg = load_config(path, {"kafka.topic": "t1", "snapshot.every_s": 2.5, "kafka.group": None})
     assert cfg.instance("anything").model == "Qwen/Qwen2.5-7B-Instruct"
     assert cfg.instance("anything").settings["chunked_prefill_size"] == 8192
+    assert cfg.instance("anything").latency_backend == "auto" and cfg.instance("anything").gpu == "h100_sxm"
+    big = cfg.instance("sglang-big")  # the override keeps what it does not set from `default`
+    assert (big.model, big.gpu, big.tp_size, big.precision) == ("meta-llama/Meta-Llama-3.1-70B", "h200_sxm", 4, "fp8")
+    assert big.settings == cfg.instance("anything").settings and big.kv_capacity_tokens == 400000
     assert cfg.time.max_wait_s == 60.0 and cfg.drift.mape_threshold["tpot"] == 0.2
     assert cfg.kafka.topic == "t1" and cfg.kafka.group == "shadowsim" and cfg.snapshot.every_s == 2.5
 

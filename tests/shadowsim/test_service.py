@@ -9,7 +9,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from shadowsim.shadow.config import ShadowConfig, SnapshotConfig
+from shadowsim.shadow.config import InstanceConfig, ShadowConfig, SnapshotConfig
 from shadowsim.shadow.engine import engine_factory
 from shadowsim.shadow.service import ShadowService
 from shadowsim.shadow.sink import PredictionSink, read_predictions
@@ -110,7 +110,8 @@ def test_dead_letters_are_counted_by_reason_and_survive_a_restart(tmp_path: Path
             Record("t", 0, 1, b"x", [], "ValidationError: 1 validation error for Event"),
             Record("t", 0, 2, b"x", [], "JSONDecodeError: Expecting value"),
             Record("t", 0, 3, b"x", [], "ValidationError: kind"))
-    cfg = ShadowConfig(snapshot=SnapshotConfig(dir=tmp_path / "s"))
+    cfg = ShadowConfig(instances={"default": InstanceConfig(latency_backend="linear")},
+                       snapshot=SnapshotConfig(dir=tmp_path / "s"))
     svc = _service(cfg, recs, PredictionSink(tmp_path / "p.jsonl"))
     svc.run(idle_timeout_s=0)
     svc.close()

@@ -17,7 +17,7 @@ LIN = LinearLatencyConfig(base_s=0.006, per_extend_token_s=6e-5, per_decode_req_
 
 
 def make_twin(**time_kw: Any) -> InstanceTwin:
-    cfg = InstanceConfig(linear=LIN, settings={"disable_overlap_schedule": True, "chunked_prefill_size": 8192})
+    cfg = InstanceConfig(latency_backend="linear", linear=LIN, settings={"disable_overlap_schedule": True, "chunked_prefill_size": 8192})
     return InstanceTwin("a", cfg, TimeConfig(**time_kw), DriftConfig(), engine_factory, lambda: 0.0)
 
 
