@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from simcore.events import Event, parse_event
+from simcore.gpus import load_gpu
 from simcore.settings import ServerSettings, resolve
 from shadowsim.demo.traffic import EmulatedInstance, emulate
 from shadowsim.shadow.config import (DriftConfig, InstanceConfig, KafkaConfig, ShadowConfig, SnapshotConfig,
@@ -73,7 +74,7 @@ def scenario_events(sc: Scenario, t0_ts: float, *, latency_backend: str = "perf"
     Arrivals stop at ``duration_s``; the emulated servers then drain their queues."""
     merged: list[tuple[float, str, Event | bytes]] = []
     for inst in sc.instances:
-        settings = resolve(ServerSettings.model_validate(inst.settings), None)
+        settings = resolve(ServerSettings.model_validate(inst.settings), load_gpu(inst.gpu).memory_bytes)
         for ts, ev in emulate(inst, reference_latency(inst, latency_backend), settings, t0_ts, sc.duration_s):
             if isinstance(ev, bytes) and not decode_logs:
                 continue

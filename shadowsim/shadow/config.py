@@ -10,8 +10,7 @@ Example ``shadow.yaml``::
         model: Qwen/Qwen3-0.6B
         gpu: h100_sxm
         tp_size: 1
-        kv_capacity_tokens: 200000
-        settings: {sglang_version: 0.5.9, chunked_prefill_size: 8192}
+        settings: {sglang_version: 0.5.9, chunked_prefill_size: 8192}   # KV pool: sized from model/GPU/TP
     time:
       allowed_lateness_s: 2.0      # how far behind the newest event an event may still arrive
       max_wait_s: 60.0             # longest a request waits for its output length before being simulated
@@ -68,7 +67,9 @@ class InstanceConfig(_Frozen):
     profile: Path | None = Field(None, description="calibration profile JSON (simcore.perf.profile) for the perf "
                                  "model; relative paths are relative to shadow.yaml; default: the shipped profile")
     linear: LinearLatencyConfig = LinearLatencyConfig()
-    kv_capacity_tokens: int = Field(200_000, ge=1, description="KV pool size when no server_config gives it")
+    kv_capacity_tokens: int | None = Field(
+        None, ge=1, description="KV pool size (tokens) when no server_config gives max_total_num_tokens; unset: "
+        "sized like SGLang from model, GPU, TP and settings (simcore.memory), else 200,000")
     settings: dict[str, Any] = Field(default_factory=dict, description="simcore.settings.ServerSettings fields")
     key_unit: int = Field(1, ge=1, description="tokens per prefix-cache key element: 1 for token ids, 512 for "
                           "Mooncake block hashes")

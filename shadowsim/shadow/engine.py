@@ -128,14 +128,53 @@ def _cached_perf_model(model: str, gpu: str, tp: int, precision: str, profile: P
     return _PERF_CACHE[key]
 
 
+FALLBACK_KV_TOKENS = 200_000  # KV pool of a twin whose server, model and GPU are all unknown
+
+
+def _gpu_spec(cfg: InstanceConfig, server_config: dict[str, Any]) -> Any | None:
+    """The GPU from the catalogue (server_config wins over shadow.yaml), or None when unnamed or unknown."""
+    from simcore.gpus import load_gpu  # noqa: PLC0415
+
+    gpu = server_config.get("gpu") or cfg.gpu
+    if not gpu:
+        return None
+    try:
+        return load_gpu(str(gpu))
+    except UserError:
+        return None
+
+
 def build_settings(cfg: InstanceConfig, server_config: dict[str, Any]) -> ServerSettings:
+    """ServerSettings of the twin: shadow.yaml settings, overridden by server_config, with the GPU-dependent
+    defaults (chunked prefill size, CUDA-graph batch sizes) resolved for the instance's GPU as SGLang does."""
     data = dict(cfg.settings)
     if cfg.tp_size is not None:
         data.setdefault("tp_size", cfg.tp_size)
     for src, dst in _CONFIG_TO_SETTINGS.items():
         if server_config.get(src) is not None:
             data[dst] = server_config[src]
-    return resolve(ServerSettings.model_validate(data), None)
+    gpu = _gpu_spec(cfg, server_config)
+    return resolve(ServerSettings.model_validate(data), gpu.memory_bytes if gpu is not None else None)
+
+
+def kv_capacity_tokens(cfg: InstanceConfig, server_config: dict[str, Any], settings: ServerSettings) -> int:
+    """The twin's KV pool: what the server reported (max_total_num_tokens) wins; then shadow.yaml's
+    kv_capacity_tokens; then SGLang's own sizing for the model/GPU/TP (simcore.memory); else a placeholder."""
+    if server_config.get("max_total_num_tokens"):
+        return int(server_config["max_total_num_tokens"])
+    if cfg.kv_capacity_tokens is not None:
+        return cfg.kv_capacity_tokens
+    gpu = _gpu_spec(cfg, server_config)
+    model = str(server_config.get("model") or cfg.model)
+    if gpu is not None and model != "unknown":
+        from simcore.memory import size_kv_pool  # noqa: PLC0415
+        from simcore.models import load_model  # noqa: PLC0415
+
+        try:
+            return int(size_kv_pool(load_model(model), gpu, settings, cfg.precision).max_total_num_tokens)
+        except (UserError, ValueError):  # unknown model, or it does not fit: keep the placeholder
+            pass
+    return FALLBACK_KV_TOKENS
 
 
 class SimEngine:
@@ -152,7 +191,7 @@ class SimEngine:
         self.latency = ScaledLatencyModel(self.base_latency)
         self.graph_sizes = tuple(self.settings.cuda_graph_bs or ())
         self.overlap = not self.settings.disable_overlap_schedule
-        self.kv_capacity = int(server_config.get("max_total_num_tokens") or cfg.kv_capacity_tokens)
+        self.kv_capacity = kv_capacity_tokens(cfg, server_config, self.settings)
         self._seed = cfg.seed
         self._future: list[tuple[float, int, dict[str, Any]]] = []  # (arrival_rel, arrival order, spec fields)
         self._done: list[Completion] = []
