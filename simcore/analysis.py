@@ -87,7 +87,11 @@ def dominates(a: Sequence[float | None], b: Sequence[float | None], maximize: Se
 
     Two equal points do not dominate each other, so ties are both Pareto-optimal.
     """
-    oa, ob = _oriented(a, maximize), _oriented(b, maximize)
+    return _dominates(_oriented(a, maximize), _oriented(b, maximize))
+
+
+def _dominates(oa: tuple[float, ...], ob: tuple[float, ...]) -> bool:
+    """:func:`dominates` over already oriented ('larger is better') points."""
     return all(x >= y for x, y in zip(oa, ob)) and any(x > y for x, y in zip(oa, ob))
 
 
@@ -100,11 +104,8 @@ def pareto_front(points: Sequence[Sequence[float | None]], maximize: Sequence[bo
     if any(len(p) != len(maximize) for p in points):
         raise ValueError("every point needs one value per objective")
     oriented = [_oriented(p, maximize) for p in points]
-
-    def dom(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
-        return all(x >= y for x, y in zip(a, b)) and any(x > y for x, y in zip(a, b))
-
-    return [i for i, p in enumerate(oriented) if not any(dom(q, p) for j, q in enumerate(oriented) if j != i)]
+    return [i for i, p in enumerate(oriented)
+            if not any(_dominates(q, p) for j, q in enumerate(oriented) if j != i)]
 
 
 # ---- max rate under an SLO ---------------------------------------------------------------------------------

@@ -18,6 +18,9 @@ class RequestSpec:
       ``key_unit`` consecutive tokens (Mooncake traces use 512-token blocks; the last block may be partial).
       None means content unknown/random: nothing can match it.
     - ``ignore_eos``: benchmark requests that always run to ``max_new_tokens``; 0.5.23 reserves them at ratio 1.0.
+    - ``priority``: used only with priority scheduling (sglang-internals.md §2.4, §2.9). None = the request gave
+      none: SGLang then gives it the least preferred priority (``-sys.maxsize - 1``, or ``sys.maxsize`` with
+      ``schedule_low_priority_values_first``).
     """
 
     rid: str
@@ -28,7 +31,7 @@ class RequestSpec:
     key: tuple[int, ...] | None = None
     key_unit: int = 1
     ignore_eos: bool = False
-    priority: int = 0
+    priority: int | None = None
 
     def __post_init__(self) -> None:
         if self.input_len < 1:

@@ -16,6 +16,7 @@ All counts are tokens.
 """
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from typing import Any, Callable, Protocol, Sequence
 
@@ -78,6 +79,15 @@ class NewTokenRatio:
         """``estimate_new_token_ratio_after_retract`` over the requests that stay running."""
         n = len(out_lens)
         return min(1.0, (sum(out_lens) + retract_decode_steps * n) / (sum(max_news) + 1))
+
+
+def priority_of(req: Any, sign: int) -> int:
+    """The request's priority; one that gave none gets the least preferred value (§2.4: ``-sys.maxsize - 1``
+    when higher values come first, ``sys.maxsize`` when low values do, i.e. ``sign`` = +1)."""
+    p = req.spec.priority
+    if p is None:
+        return sys.maxsize if sign > 0 else -sys.maxsize - 1
+    return p
 
 
 # ---- queue ordering ---------------------------------------------------------------------------------------
@@ -165,9 +175,9 @@ def order_waiting(waiting: list[Any], settings: ServerSettings, rng: np.random.G
         # −max_new (lof; stable sort keeps queue order among equals)
         sign = settings.priority_sign
         if pol == "fcfs":
-            waiting.sort(key=lambda r: (r.spec.priority * sign, r.wait_entry_s))
+            waiting.sort(key=lambda r: (priority_of(r, sign) * sign, r.wait_entry_s))
         else:
-            waiting.sort(key=lambda r: (r.spec.priority * sign, -r.max_new))
+            waiting.sort(key=lambda r: (priority_of(r, sign) * sign, -r.max_new))
         return pol
     if pol == "fcfs":
         return pol
@@ -210,11 +220,12 @@ def preemption_victims(req: Any, running: Sequence[Any], need_tokens: float, set
     """
     sign = settings.priority_sign
     thr = settings.priority_scheduling_preemption_threshold
-    order = sorted(running, key=lambda r: (r.spec.priority * -sign, -r.wait_entry_s))
+    order = sorted(running, key=lambda r: (priority_of(r, sign) * -sign, -r.wait_entry_s))
     victims: list[Any] = []
     need = need_tokens
+    mine = priority_of(req, sign)
     for r in order:
-        if (req.spec.priority - r.spec.priority) * -sign <= thr:
+        if (mine - priority_of(r, sign)) * -sign <= thr:
             break
         victims.append(r)
         need -= offset(r)

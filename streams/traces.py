@@ -151,8 +151,8 @@ def from_native(obj: dict[str, Any], rid: str, ignore_eos: bool = False) -> Requ
     ie = obj.get("ignore_eos", ignore_eos)
     if not isinstance(ie, bool):
         raise TraceLineError("ignore_eos", "must be true or false")
-    prio = obj.get("priority", 0)
-    if type(prio) is not int:
+    prio = obj.get("priority")  # absent: the least preferred priority under priority scheduling (§2.4)
+    if prio is not None and type(prio) is not int:
         raise TraceLineError("priority", "must be an integer")
     rid_v = obj.get("rid", rid)
     assert n_in is not None

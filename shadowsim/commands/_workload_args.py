@@ -213,6 +213,14 @@ def check_fits(reqs: Sequence[RequestSpec], args: argparse.Namespace, capacity: 
                         "lower --input-len or raise --max-total-tokens")
 
 
+def check_slos(args: argparse.Namespace) -> None:
+    """UserError for a latency objective that is not a positive number of milliseconds (checked before any
+    simulation runs: ``sweep`` would otherwise simulate every point only to skip it)."""
+    for flag, v in (("--slo-ttft-ms", args.slo_ttft_ms), ("--slo-tpot-ms", args.slo_tpot_ms)):
+        if v is not None and not v > 0:
+            raise UserError(flag, f"must be > 0 ms, got {v}", "give the latency objective in milliseconds")
+
+
 def check_tp_divides(model: Any, tp: int) -> None:
     """SGLang refuses to start when TP does not split the attention heads evenly (it asserts this at load)."""
     if tp < 1:
@@ -261,6 +269,7 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
     from simcore.models import load_model
     from simcore.perf import build_latency_model
 
+    check_slos(args)
     model = load_model(args.model)
     check_tp_divides(model, args.tp)
     gpu = load_gpu(args.gpu)
@@ -307,9 +316,6 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
     if res.unfinished:
         summary["unfinished"] = res.unfinished
     if args.slo_ttft_ms is not None or args.slo_tpot_ms is not None:
-        for flag, v in (("--slo-ttft-ms", args.slo_ttft_ms), ("--slo-tpot-ms", args.slo_tpot_ms)):
-            if v is not None and not v > 0:
-                raise UserError(flag, f"must be > 0 ms, got {v}", "give the latency objective in milliseconds")
         summary["slo"] = slo_attainment(
             res.records, ttft_slo_s=None if args.slo_ttft_ms is None else args.slo_ttft_ms / 1000.0,
             tpot_slo_s=None if args.slo_tpot_ms is None else args.slo_tpot_ms / 1000.0).to_dict()

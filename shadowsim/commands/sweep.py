@@ -47,7 +47,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
 
-from shadowsim.commands._workload_args import SWEEPABLE, add_point_arguments, simulate_point
+from shadowsim.commands._workload_args import SWEEPABLE, add_point_arguments, check_slos, simulate_point
 from simcore.analysis import max_rate_under_slo, pareto_front
 from simcore.errors import UserError
 
@@ -117,6 +117,7 @@ def _validate(args: argparse.Namespace, axes: dict[str, list[Any]]) -> None:
         raise UserError("workload", "no workload given", "use --request-rate R1,R2, --concurrency N1,N2 or --trace")
     if args.trace and (args.request_rate is not None or args.concurrency is not None):
         raise UserError("--trace", "a trace sets its own arrivals", "drop --request-rate/--concurrency")
+    check_slos(args)
     if args.jobs < 1:
         raise UserError("--jobs", f"must be >= 1, got {args.jobs}", "give the number of processes")
     if args.max_rate_under_slo:

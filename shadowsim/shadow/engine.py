@@ -148,8 +148,8 @@ def build_settings(cfg: InstanceConfig, server_config: dict[str, Any]) -> Server
     """ServerSettings of the twin: shadow.yaml settings, overridden by server_config, with the GPU-dependent
     defaults (chunked prefill size, CUDA-graph batch sizes) resolved for the instance's GPU as SGLang does."""
     data = dict(cfg.settings)
-    if cfg.tp_size is not None:
-        data.setdefault("tp_size", cfg.tp_size)
+    if cfg.tp_size is not None:  # the entry's tp_size beats settings.tp_size, as in instance_tp
+        data["tp_size"] = cfg.tp_size
     for src, dst in _CONFIG_TO_SETTINGS.items():
         if server_config.get(src) is not None:
             data[dst] = server_config[src]
@@ -211,7 +211,7 @@ class SimEngine:
 
     def submit(self, rid: str, arrival_ts: float, input_len: int, output_len: int, *,
                key: tuple[int, ...] | None, key_unit: int, max_new_tokens: int | None, ignore_eos: bool,
-               priority: int, order: int) -> None:
+               priority: int | None, order: int) -> None:
         """Enter the request at ``arrival_ts``; requests arriving at the same time enter in ``order`` (the order
         their arrivals were seen), not in the order their lengths became known."""
         if key is not None and key_unit != self.key_unit:

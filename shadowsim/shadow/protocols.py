@@ -34,7 +34,7 @@ class Engine(Protocol):
     def now_ts(self) -> float: ...
 
     def submit(self, rid: str, arrival_ts: float, input_len: int, output_len: int, *, key: tuple[int, ...] | None,
-               key_unit: int, max_new_tokens: int | None, ignore_eos: bool, priority: int, order: int) -> None: ...
+               key_unit: int, max_new_tokens: int | None, ignore_eos: bool, priority: int | None, order: int) -> None: ...
 
     def advance_to(self, ts: float) -> list[Completion]: ...
 
@@ -57,7 +57,7 @@ class Pending:
     key_unit: int = 1
     max_new_tokens: int | None = None
     ignore_eos: bool = False
-    priority: int = 0
+    priority: int | None = None  # None: the request gave none
     first_token_ts: float | None = None
     submitted: bool = False
     estimated: bool = False

@@ -135,7 +135,7 @@ class InstanceTwin:
             key, unit = tuple(ev.block_hashes), ev.block_size_tokens or 1
         elif ev.token_ids:
             key = tuple(ev.token_ids)
-        p = Pending(ev.ts, max(ev.prompt_tokens, 1), key, unit, ev.max_new_tokens, ev.ignore_eos, ev.priority or 0,
+        p = Pending(ev.ts, max(ev.prompt_tokens, 1), key, unit, ev.max_new_tokens, ev.ignore_eos, ev.priority,
                     seq=self._next_seq())
         self.pending[ev.request_id] = p
         if ev.output_tokens_hint:  # a replayed trace knows the length: no need to wait

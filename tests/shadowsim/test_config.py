@@ -23,7 +23,8 @@ def test_the_documented_example_loads(tmp_path: Path) -> None:
     assert cfg.instance("anything").latency_backend == "auto" and cfg.instance("anything").gpu == "h100_sxm"
     big = cfg.instance("sglang-big")  # the override keeps what it does not set from `default`
     assert (big.model, big.gpu, big.tp_size, big.precision) == ("meta-llama/Meta-Llama-3.1-70B", "h200_sxm", 4, "fp8")
-    assert big.settings == cfg.instance("anything").settings and big.kv_capacity_tokens == 400000
+    # the example leaves the KV pool unset: the twin sizes it like SGLang for the model/GPU/TP (test_engine_sizing)
+    assert big.settings == cfg.instance("anything").settings and big.kv_capacity_tokens is None
     assert cfg.time.max_wait_s == 60.0 and cfg.drift.mape_threshold["tpot"] == 0.2
     assert cfg.kafka.topic == "t1" and cfg.kafka.group == "shadowsim" and cfg.snapshot.every_s == 2.5
 

@@ -7,7 +7,7 @@ server's own figures (server_config events) win.
 from __future__ import annotations
 
 from shadowsim.shadow.config import InstanceConfig
-from shadowsim.shadow.engine import FALLBACK_KV_TOKENS, build_settings, kv_capacity_tokens
+from shadowsim.shadow.engine import FALLBACK_KV_TOKENS, build_settings, instance_tp, kv_capacity_tokens
 from simcore.gpus import load_gpu
 from simcore.memory import size_kv_pool
 from simcore.models import load_model
@@ -41,3 +41,13 @@ def test_kv_pool_placeholder_when_nothing_is_known() -> None:
     s = resolve(ServerSettings(), None)
     assert kv_capacity_tokens(cfg, {}, s) == FALLBACK_KV_TOKENS
     assert kv_capacity_tokens(InstanceConfig(model="no/such-model", gpu="h100_sxm"), {}, s) == FALLBACK_KV_TOKENS
+
+
+def test_latency_model_and_kv_sizing_agree_on_tp() -> None:
+    # the entry's tp_size beats settings.tp_size, and a server_config event beats both, for the latency model
+    # (instance_tp) and for the settings the KV pool is sized from alike
+    cfg = InstanceConfig(model="Qwen/Qwen3-8B", gpu="h100_sxm", tp_size=2, settings={"tp_size": 4})
+    assert instance_tp(cfg, {}) == build_settings(cfg, {}).tp_size == 2
+    assert instance_tp(cfg, {"tp_size": 8}) == build_settings(cfg, {"tp_size": 8}).tp_size == 8
+    only_settings = InstanceConfig(model="Qwen/Qwen3-8B", gpu="h100_sxm", settings={"tp_size": 4})
+    assert instance_tp(only_settings, {}) == build_settings(only_settings, {}).tp_size == 4

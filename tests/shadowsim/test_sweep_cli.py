@@ -149,6 +149,8 @@ def test_predict_slo_report(capsys: pytest.CaptureFixture[str]) -> None:
      "--request-rate"),
     (["--gpu", "h100_sxm", "--request-rate", "1,2", "--max-rate-under-slo"], "--max-rate-under-slo"),
     (["--gpu", "h100_sxm", "--concurrency", "1", "--out", "points.txt"], "--out"),
+    # an impossible SLO is an error before anything runs, not a sweep of points all skipped as 'unsupported'
+    (["--gpu", "h100_sxm", "--concurrency", "1,2", "--slo-ttft-ms", "0"], "--slo-ttft-ms"),
 ])
 def test_bad_input_is_one_line_naming_the_field(extra: list[str], field: str,
                                                capsys: pytest.CaptureFixture[str]) -> None:

@@ -70,6 +70,21 @@ def test_low_values_first_flips_who_preempts() -> None:
     assert _pair(20, schedule_low_priority_values_first=True, **PRIO).server.num_preemptions == 0
 
 
+def test_a_request_without_priority_is_the_least_preferred() -> None:
+    # §2.4: no priority → −sys.maxsize − 1, so priority 5 preempts it although 5 − 0 would not be > 10
+    reqs = [req("low", 0.0, 100, 10), req("high", 0.025, 100, 3, priority=5)]
+    res = run(reqs, max_running_requests=1, **PRIO)
+    assert res.records["high"].first_token_s == pytest.approx(0.050)  # same timeline as the priority-20 case
+    assert res.server.num_preemptions == 1
+    # with low values first the missing priority is +sys.maxsize: still the least preferred (5 preempts it)
+    flipped = run(reqs, max_running_requests=1, schedule_low_priority_values_first=True, **PRIO)
+    assert flipped.server.num_preemptions == 1
+    # and in the queue it comes after every request that gave one, even a negative priority
+    q = [req("a", 0.0, 100, 2, priority=0), req("none", 0.001, 100, 2), req("neg", 0.002, 100, 2, priority=-3)]
+    rec = run(q, max_running_requests=1, **PRIO).records
+    assert rec["neg"].first_token_s == pytest.approx(0.050) and rec["none"].first_token_s == pytest.approx(0.080)
+
+
 def _queue(**settings: object) -> dict:
     """a runs alone (2 outputs: prefill 0–20 ms, decode 20–30 ms); b (priority 1) and c (priority 5) wait."""
     reqs = [req("a", 0.0, 100, 2, priority=0), req("b", 0.001, 100, 2, priority=1),

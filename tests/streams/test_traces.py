@@ -70,6 +70,7 @@ def test_native_format(tmp_path: Path) -> None:
     assert (a.rid, a.input_len, a.key, a.max_new_tokens, a.ignore_eos) == ("x", 3, (1, 2, 3), 16, False)
     assert (b.rid, b.input_len, b.key, b.key_unit, b.max_new_tokens) == ("n:2", 1000, (7, 8), 512, None)
     assert (c.key, c.ignore_eos, c.priority, c.arrival_s) == (None, True, 3, 1.0)
+    assert (a.priority, b.priority) == (None, None)  # not given: the least preferred under priority scheduling
 
 
 @pytest.mark.parametrize("line,field", [
