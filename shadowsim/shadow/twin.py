@@ -183,19 +183,18 @@ class InstanceTwin:
 
     def _on_prefill(self, ev: PrefillBatch) -> None:
         self._observe(ev.running_reqs, ev.queue_reqs, ev.token_usage)
-        if self.engine is not None:
-            self._anchor().on_prefill_batch(ev)
+        # Always fed, even before the first request is submitted (which builds the engine): a step dropped here is
+        # missing from S() for every request in flight, e.g. the first seconds of a long-prompt trace.
+        self._anchor().on_prefill_batch(ev)
 
     def _on_decode(self, ev: DecodeBatch) -> None:
         self._observe(ev.running_reqs, ev.queue_reqs, ev.token_usage)
-        if self.engine is not None:
-            self._anchor().on_decode_batch(ev)
+        self._anchor().on_decode_batch(ev)
 
     def _on_forward(self, ev: ForwardPass) -> None:
         if ev.queued_reqs is not None:
             self.observed["queue"] = float(ev.queued_reqs)
-        if self.engine is not None:
-            self._anchor().on_forward_pass(ev)
+        self._anchor().on_forward_pass(ev)
 
     def _on_metrics(self, ev: MetricsSnapshot) -> None:
         self._observe(ev.running_reqs, ev.queue_reqs, ev.token_usage)
