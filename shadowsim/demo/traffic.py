@@ -26,7 +26,7 @@ import simpy
 
 from simcore.events import (Event, ForwardPass, MetricsSnapshot, RequestArrived, RequestFinished,
                             RequestFirstToken, ServerConfig)
-from simcore.perf.base import BatchShape, LatencyModel, StepTime
+from simcore.perf.base import BatchShape, GpuTimeScaling, LatencyModel
 from simcore.request import RequestSpec
 from simcore.results import RequestRecord, StepRecord
 
@@ -96,7 +96,7 @@ def compress(trace: list[TraceRequest], rate_rps: float, duration_s: float) -> l
 
 
 @dataclass
-class NoisySlowLatency:
+class NoisySlowLatency(GpuTimeScaling):
     """The emulated server's true step time: the reference model × log-normal noise × slowdown (after
     ``slow_from_s`` of simulated time). ``now`` reads the emulator's SimPy clock."""
 
@@ -107,20 +107,11 @@ class NoisySlowLatency:
     slow_factor: float
     now: Callable[[], float]
 
-    @property
-    def name(self) -> str:
-        return self.base.name
-
-    @property
-    def profile_hash(self) -> str:
-        return self.base.profile_hash
-
-    def step_time(self, shape: BatchShape) -> StepTime:
-        st = self.base.step_time(shape)
+    def gpu_factor(self, shape: BatchShape) -> float:
         f = float(self.rng.lognormal(0.0, self.noise_sigma)) if self.noise_sigma > 0 else 1.0
         if self.slow_from_s is not None and self.now() >= self.slow_from_s:
             f *= self.slow_factor
-        return StepTime(st.gpu_s * f, st.cpu_s)
+        return f
 
 
 @dataclass(frozen=True)

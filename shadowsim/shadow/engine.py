@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from simcore.perf.base import BatchShape, LatencyModel, LinearLatencyModel, StepTime
+from simcore.perf.base import BatchShape, GpuTimeScaling, LatencyModel, LinearLatencyModel
 from simcore.errors import UserError
 from simcore.request import RequestSpec
 from simcore.settings import ServerSettings, resolve
@@ -35,25 +35,15 @@ _CONFIG_TO_SETTINGS = {
 
 
 @dataclass
-class ScaledLatencyModel:
+class ScaledLatencyModel(GpuTimeScaling):
     """A latency model with online calibration factors applied to its GPU time (prefill for steps with an
     extend, decode otherwise). Factors are set from the event stream, so replays see the same ones."""
 
     base: LatencyModel
     factors: dict[str, float] = field(default_factory=lambda: {"prefill": 1.0, "decode": 1.0})
 
-    @property
-    def name(self) -> str:
-        return self.base.name
-
-    @property
-    def profile_hash(self) -> str:
-        return self.base.profile_hash
-
-    def step_time(self, shape: BatchShape) -> StepTime:
-        st = self.base.step_time(shape)
-        f = self.factors["prefill" if shape.extend_lens else "decode"]
-        return StepTime(st.gpu_s * f, st.cpu_s) if f != 1.0 else st
+    def gpu_factor(self, shape: BatchShape) -> float:
+        return self.factors["prefill" if shape.extend_lens else "decode"]
 
 
 FALLBACK_NAME = "linear-fallback"  # latency_model label of an `auto` instance the catalogues do not know

@@ -95,3 +95,29 @@ class LinearLatencyModel:
             + self.per_kv_token_s * shape.decode_sum_kv
         )
         return StepTime(gpu, self.cpu_s)
+
+
+class GpuTimeScaling:
+    """Mixin for wrappers that multiply another model's GPU time per step (calibration factors, emulated noise).
+
+    The subclass holds the wrapped model in ``base`` and says the factor in ``gpu_factor``; ``name`` and
+    ``profile_hash`` are the wrapped model's, so exported build info names what actually predicts.
+    """
+
+    base: LatencyModel
+
+    @property
+    def name(self) -> str:
+        return self.base.name
+
+    @property
+    def profile_hash(self) -> str:
+        return self.base.profile_hash
+
+    def gpu_factor(self, shape: BatchShape) -> float:
+        return 1.0
+
+    def step_time(self, shape: BatchShape) -> StepTime:
+        st = self.base.step_time(shape)
+        f = self.gpu_factor(shape)
+        return st if f == 1.0 else StepTime(st.gpu_s * f, st.cpu_s)
