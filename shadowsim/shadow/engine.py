@@ -270,6 +270,21 @@ class SimEngine:
                                          observer=self._on_step, on_finish=self._on_record)
 
 
-def engine_factory(cfg: InstanceConfig, server_config: dict[str, Any], epoch_ts: float,
-                   snapshot: dict[str, Any] | None) -> SimEngine:
-    return SimEngine(cfg, server_config, epoch_ts, snapshot)
+class SimEngineFactory:
+    """``EngineFactory`` of ``SimEngine``; ``check`` tells beforehand whether server settings can build one."""
+
+    def __call__(self, cfg: InstanceConfig, server_config: dict[str, Any], epoch_ts: float,
+                 snapshot: dict[str, Any] | None) -> SimEngine:
+        return SimEngine(cfg, server_config, epoch_ts, snapshot)
+
+    def check(self, cfg: InstanceConfig, server_config: dict[str, Any]) -> None:
+        """Raise (pydantic ``ValidationError``, ``UserError``, ``ValueError``) when an engine could not be built
+        from these settings, e.g. a ``server_config`` whose chunked prefill exceeds its context. The twin calls
+        it before taking a ``server_config`` event, so such an event is rejected instead of breaking every later
+        engine build and every restore."""
+        settings = build_settings(cfg, server_config)
+        build_latency(cfg, server_config)
+        kv_capacity_tokens(cfg, server_config, settings)
+
+
+engine_factory = SimEngineFactory()
