@@ -39,25 +39,31 @@ T0 = dt.datetime(2026, 6, 1, tzinfo=dt.timezone.utc)
 LINES_PER_INSTANCE_S = 50.0  # event time between two lines of one instance: 20 ms
 
 
-def corpus() -> dict[str, list[bytes]]:
-    """instance id -> the real lines of one log that give events (in file order, timestamp prefix intact)."""
+def corpus() -> dict[str, tuple[list[bytes], list[bytes]]]:
+    """instance id -> (startup lines, steady-state lines) of one log: its dated lines that give events, in file
+    order, timestamp prefix intact. Startup lines (``server_config``) are sent once, as a server prints them once;
+    the steady-state lines (batch and retraction lines) are cycled."""
     from streams.decode import decode_record
 
-    out: dict[str, list[bytes]] = {}
+    out: dict[str, tuple[list[bytes], list[bytes]]] = {}
     for path in sorted(LOGS.glob("*.log")):
-        keep = []
+        startup, steady = [], []
         for line in path.read_bytes().split(b"\n"):
-            if _DATED.match(line) and decode_record(line, fmt="auto").events:
-                keep.append(line)
-        if keep:
-            out[path.stem[:40]] = keep
+            if not _DATED.match(line):
+                continue
+            evs = decode_record(line, fmt="auto").events
+            if evs:
+                (startup if all(e.kind == "server_config" for e in evs) else steady).append(line)
+        if steady:
+            out[path.stem[:40]] = (startup, steady)
     if not out:
         raise SystemExit(f"no SGLang log lines with events under {LOGS}")
     return out
 
 
 def records(n: int) -> list[tuple[bytes, bytes]]:
-    """``n`` (key, value) records cycling over the instances' lines with event time moving forward."""
+    """``n`` (key, value) records: each instance's startup lines, then its steady-state lines cycled, the
+    instances interleaved, event time moving forward."""
     lines = corpus()
     ids = sorted(lines)
     out = []
@@ -65,7 +71,8 @@ def records(n: int) -> list[tuple[bytes, bytes]]:
     for i in range(n):
         iid = ids[i % len(ids)]
         k = i // len(ids)
-        src = lines[iid][k % len(lines[iid])]
+        startup, steady = lines[iid]
+        src = startup[k] if k < len(startup) else steady[(k - len(startup)) % len(steady)]
         ts = T0 + dt.timedelta(seconds=k * step)
         stamp = ts.strftime("%Y-%m-%d %H:%M:%S") + f".{ts.microsecond // 1000:03d}"
         out.append((iid.encode(), _DATED.sub(b"[" + stamp.encode(), src, count=1)))

@@ -98,6 +98,7 @@ class ShadowService:
         # events applied to each twin since its partition's last checkpoint: a failed record rebuilds the twin
         # from that checkpoint plus these (bounded: checkpoints come every snapshot.every_events records)
         self._journal: dict[str, list[Any]] = {}
+        self._held: set[str] = set()  # twins whose simulation run waits for the end of the poll batch
         self.lock = threading.RLock()  # held while state changes; the exporter takes it to read a consistent view
         self.records_processed = 0
         self.checkpoints = 0
@@ -195,8 +196,9 @@ class ShadowService:
         return InstanceTwin(iid, c.instance(iid), c.time, c.drift, self.engine_factory, self.clock)
 
     # ---- processing ----------------------------------------------------------------------------------------------
-    def process(self, rec: Any) -> bool:
-        """Apply one record; False when it was skipped as already reflected in a restored snapshot."""
+    def process(self, rec: Any, *, flush: bool = True) -> bool:
+        """Apply one record; False when it was skipped as already reflected in a restored snapshot. ``flush=False``
+        leaves the twins' simulation runs to ``flush_twins`` (``run`` does that once per poll batch)."""
         tp = (rec.topic, rec.partition)
         ps = self.partitions.get(tp)
         if ps is None:
@@ -212,6 +214,8 @@ class ShadowService:
         ps.next_offset = rec.offset + 1
         ps.since_checkpoint += 1
         self.records_processed += 1
+        if flush:
+            self.flush_twins()
         return True
 
     @staticmethod
@@ -262,10 +266,11 @@ class ShadowService:
                 journal = self._journal.setdefault(iid, [])
                 if iid not in before:
                     before[iid] = (len(journal), len(twin.out))
-                twin.apply(ev)
+                twin.apply(ev, defer=True)
                 journal.append(ev)
                 applied += 1
                 ps.dirty.add(iid)
+                self._held.add(iid)
         except RecordRejected as exc:
             self._roll_back(tp, ps, rec, before, created, clean=applied == 0, why=str(exc))
             self._reject(ps, rec, exc.reason, str(exc).split(": ", 1)[-1])
@@ -300,7 +305,8 @@ class ShadowService:
                 if base is not None:
                     twin.restore(base)
                 for ev in journal:
-                    twin.apply(ev)
+                    twin.apply(ev, defer=True)
+                twin.flush()
                 twin.out = []  # the replay's outputs were written already (or are still in old.out)
                 self.counters["twin_rebuilds"] += 1
                 log.warning("record %s-%d@%d failed on twin %s (%s): dead-lettered; the twin was rebuilt from its "
@@ -316,6 +322,42 @@ class ShadowService:
             twin.out = old.out[:n_out]
             twin.last_event_wall_ts = old.last_event_wall_ts
             self.twins[iid] = twin
+            ps.dirty.add(iid)
+
+    def flush_twins(self) -> None:
+        """Run the simulation of every twin that received events since the last flush (once per poll batch)."""
+        for iid in sorted(self._held):
+            twin = self.twins.get(iid)
+            if twin is None:
+                continue
+            try:
+                twin.flush()
+            except Exception as exc:  # noqa: BLE001 - the simulator itself failed: rebuild that twin
+                self._rebuild_after_flush(iid, exc)
+        self._held.clear()
+
+    def _rebuild_after_flush(self, iid: str, exc: Exception) -> None:
+        """A twin whose simulation raised while running a batch: rebuilt from its last checkpoint (a replay of
+        its journal would raise again, the events are not at fault one by one), counted, logged."""
+        tp = self.twin_partition.get(iid)
+        ps = self.partitions.get(tp) if tp is not None else None
+        old = self.twins[iid]
+        twin = self._new_twin(iid)
+        try:
+            base = self.store.load_twin(tp[0], tp[1], iid) if ps is not None and tp is not None and iid in ps.saved \
+                else None
+            if base is not None:
+                twin.restore(base)
+        except Exception:  # noqa: BLE001
+            twin = self._new_twin(iid)
+        self.counters["twin_resets"] += 1
+        log.error("twin %s: the simulation failed (%s: %s); the twin restarts from its last checkpoint, without the "
+                  "%d events since", iid, type(exc).__name__, " ".join(str(exc).split())[:300],
+                  len(self._journal.get(iid, [])))
+        twin.out = old.out
+        self._journal[iid] = []
+        self.twins[iid] = twin
+        if ps is not None:
             ps.dirty.add(iid)
 
     def _drain_outputs(self) -> None:
@@ -341,8 +383,9 @@ class ShadowService:
                     if max_records is not None and done >= max_records:
                         self._rewind(recs[i:])
                         break
-                    if self.process(rec):
+                    if self.process(rec, flush=False):
                         done += 1
+                self.flush_twins()
                 self._drain_outputs()
                 if self._checkpoint_due():
                     self.checkpoint()
@@ -377,6 +420,7 @@ class ShadowService:
         todo = [tp for tp in (parts if parts is not None else list(self.partitions))
                 if self.partitions[tp].next_offset is not None]
         # 1. outputs and dead letters are durable before any snapshot claims the records that produced them
+        self.flush_twins()
         self._drain_outputs()
         if self.sink is not None:
             self.sink.flush()

@@ -72,6 +72,7 @@ class InstanceTwin:
         self.done: dict[str, float] = {}  # joined rid -> finish ts, to drop duplicate deliveries (pruned)
         self._done_order: deque[tuple[float, str]] = deque()  # (ts, rid) in insertion order, for pruning
         self._anchor_obj: Anchor | None = None
+        self._held = False  # an advance was deferred to flush()
         self.out: list[dict[str, Any]] = []  # joined records not yet flushed to the sink
         self.last_event_wall_ts: float | None = None
 
@@ -124,7 +125,7 @@ class InstanceTwin:
                       self.drift_cfg.performance_band, self.drift_cfg.min_factor_samples)
 
     # ---- the event handler ---------------------------------------------------------------------------------------
-    def apply(self, ev: Any) -> None:
+    def apply(self, ev: Any, *, defer: bool = False) -> None:
         """Apply one event of this instance, then advance the simulator as far as event time allows. Raises
         ``RecordRejected`` (state unchanged) for an event it refuses; any other exception may leave the twin
         half-changed (the service then rebuilds it)."""
@@ -140,7 +141,7 @@ class InstanceTwin:
         handler = _HANDLERS.get(ev.kind)
         if handler is not None:
             handler(self, ev)
-        self.advance()
+        self.advance(defer=defer)
 
     @staticmethod
     def _config_fields(ev: ServerConfig) -> dict[str, Any]:
@@ -287,8 +288,14 @@ class InstanceTwin:
             return max(1, round(self.output_sum / self.output_count))
         return self.time_cfg.default_output_tokens
 
-    def advance(self) -> None:
-        """Move the simulator to ``min(watermark, earliest arrival still waiting for its length)``."""
+    def advance(self, *, defer: bool = False) -> None:
+        """Move the simulator to ``min(watermark, earliest arrival still waiting for its length)``.
+
+        ``defer``: only *hold* the simulator there (``Engine.hold``: its clock and submissions behave as if it had
+        run) and leave the run, the joins of what it completes and the expiry of windows and requests to
+        ``flush()``, which the service calls once per poll batch. The simulation and the predictions are the same
+        either way; verdict transitions (``alerts``) are evaluated at the flush. With ``recalibrate`` on, factors
+        change with every event, so the run is never deferred."""
         wm = self.watermark
         while self._waiting:
             arrival, rid = self._waiting[0]
@@ -308,6 +315,11 @@ class InstanceTwin:
         horizon = min(wm, self._waiting[0][0]) if self._waiting else wm
         if self.drift_cfg.recalibrate:
             self.engine.set_factors(self.applied_factors())
+        elif defer:
+            self.engine.hold(horizon)
+            self._held = True
+            return
+        self._held = False
         for c in self.engine.advance_to(horizon):
             self._on_completion(c)
         # Windows cover the last window_s of *simulated* time: samples join when the simulation reaches them, which
@@ -317,6 +329,11 @@ class InstanceTwin:
         self._gc(wm)
         oldest = self._oldest_pending_ts()
         self.timeline.prune(min(oldest if oldest is not None else wm, wm) - 1.0)
+
+    def flush(self) -> None:
+        """Run a deferred advance (see ``advance``); a no-op when none is held."""
+        if self._held:
+            self.advance()
 
     def _on_completion(self, c: Completion) -> None:
         pred = {"ttft": c.ttft_s, "tpot": c.tpot_s if c.output_len > 1 else None, "e2e": c.e2e_s,
@@ -402,6 +419,7 @@ class InstanceTwin:
     # ---- snapshot -----------------------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """Domain state as plain JSON-able data (floats kept exactly: JSON round-trips Python floats)."""
+        self.flush()
         return {
             "instance_id": self.instance_id,
             "server_config": self.server_config,
