@@ -85,7 +85,7 @@ def build_latency(cfg: InstanceConfig, server_config: dict[str, Any]) -> Latency
         except UserError as exc:  # not in the model/GPU catalogue, unknown precision, ...
             reason = str(exc)
     key = (model, gpu, tp, reason)
-    if key not in _WARNED:
+    if key not in _WARNED and len(_WARNED) < 1000:  # bounded: model names come from the event stream
         _WARNED.add(key)
         log.warning("latency model for model %r on GPU %r tp=%d: linear fallback (%s); predictions use the "
                     "placeholder `linear:` coefficients, exported as latency_model=%r. Set model/gpu in shadow.yaml "

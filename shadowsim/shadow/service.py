@@ -104,8 +104,8 @@ class ShadowService:
         self.checkpoints = 0
         #: service-level counters (exported as shadowsim_<name>_total): twins rebuilt after a failed record, twins
         #: reset because even that failed, snapshot fallbacks, offsets outside their partition at assignment
-        self.counters: dict[str, int] = {"twin_rebuilds": 0, "twin_resets": 0, "snapshot_fallbacks": 0,
-                                         "offset_resets": 0}
+        self.counters: dict[str, int] = {"records_applied": 0, "twin_rebuilds": 0, "twin_resets": 0,
+                                         "snapshot_fallbacks": 0, "offset_resets": 0}
         self._last_checkpoint_wall = clock()
         self.source: Source = make_source(self._on_assign, self._on_revoke)
 
@@ -209,8 +209,8 @@ class ShadowService:
             self._count(ps, dead_letter_reason(rec.error))  # the source parked it
         elif not rec.events:
             ps.skipped += 1
-        else:
-            self._apply_record(tp, ps, rec)
+        elif self._apply_record(tp, ps, rec):
+            self.counters["records_applied"] += 1
         ps.next_offset = rec.offset + 1
         ps.since_checkpoint += 1
         self.records_processed += 1
@@ -233,23 +233,33 @@ class ShadowService:
         tc, cap = self.config.time, self.config.limits.max_twins
         new: set[str] = set()
         for ev in rec.events:
-            if ps.max_ts > -math.inf and not (ps.max_ts - tc.max_past_s <= ev.ts <= ps.max_ts + tc.max_future_s):
-                return "ts_window", (f"{ev.kind} at ts {ev.ts!r} is outside [{ps.max_ts - tc.max_past_s!r}, "
-                                     f"{ps.max_ts + tc.max_future_s!r}] (partition's newest event time − "
-                                     f"time.max_past_s, + time.max_future_s)")
             iid = ev.instance_id
-            if iid not in self.twins and iid not in self.config.instances:
+            twin = self.twins.get(iid)
+            # The window's reference: the instance's own newest event time, so that no other instance's records
+            # can move it; for an instance's first record, the partition's (none for instances shadow.yaml names)
+            if twin is not None and twin.max_ts > -math.inf:
+                ref, whose = twin.max_ts, "the instance's"
+            elif iid in self.config.instances:
+                ref, whose = -math.inf, ""
+            else:
+                ref, whose = ps.max_ts, "the partition's"
+            if ref > -math.inf and not (ref - tc.max_past_s <= ev.ts <= ref + tc.max_future_s):
+                return "ts_window", (f"{ev.kind} at ts {ev.ts!r} is outside [{ref - tc.max_past_s!r}, "
+                                     f"{ref + tc.max_future_s!r}] ({whose} newest event time − time.max_past_s, "
+                                     f"+ time.max_future_s)")
+            if twin is None and iid not in self.config.instances:
                 new.add(iid)
         if new and len(self.twins) + len(new) > cap:
             return "twin_cap", (f"{len(self.twins)} twins already (limits.max_twins = {cap}); instance "
                                 f"{sorted(new)[0][:80]!r} is not in shadow.yaml")
         return None
 
-    def _apply_record(self, tp: TP, ps: PartitionState, rec: Any) -> None:
+    def _apply_record(self, tp: TP, ps: PartitionState, rec: Any) -> bool:
+        """Apply a decoded record as one transaction; False when it was refused (counted and dead-lettered)."""
         refused = self._admit(ps, rec)
         if refused is not None:
             self._reject(ps, rec, *refused)
-            return
+            return False
         before: dict[str, tuple[int, int]] = {}  # iid -> (journal length, outputs) before this record
         created: set[str] = set()
         applied = 0
@@ -274,13 +284,14 @@ class ShadowService:
         except RecordRejected as exc:
             self._roll_back(tp, ps, rec, before, created, clean=applied == 0, why=str(exc))
             self._reject(ps, rec, exc.reason, str(exc).split(": ", 1)[-1])
-            return
+            return False
         except Exception as exc:  # noqa: BLE001 - no record may stop the service
             why = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
             self._roll_back(tp, ps, rec, before, created, clean=False, why=why)
             self._reject(ps, rec, "apply_error", why)
-            return
+            return False
         ps.max_ts = max(ps.max_ts, max(ev.ts for ev in rec.events))
+        return True
 
     def _roll_back(self, tp: TP, ps: PartitionState, rec: Any, before: dict[str, tuple[int, int]], created: set[str],
                    *, clean: bool, why: str) -> None:
