@@ -68,6 +68,7 @@ class PartitionState:
     max_ts: float = -math.inf  # newest event time of an accepted record (the time window's reference)
     dirty: set[str] = field(default_factory=set)  # twins changed since the last checkpoint
     saved: set[str] = field(default_factory=set)  # twins in the checkpoint in force
+    verify_position: bool = False  # the snapshot's offset is past the broker's end: check the first record
 
 
 def dead_letter_reason(error: str) -> str:
@@ -167,18 +168,35 @@ class ShadowService:
         lo, hi = offset_range(tp)
         if lo <= ps.next_offset <= hi:
             return
+        if ps.next_offset > hi:
+            # Kafka resets a fetch position past the end to the earliest offset (auto_offset_reset), after which
+            # every record would look "already in the snapshot". Some brokers (the embedded Tansu) report the last
+            # batch's base offset as the end, so a position past it is only suspect: the first record fetched
+            # tells (an offset below the snapshot's = the position was reset).
+            ps.verify_position = True
+            log.info("partition %s-%d: the snapshot's offset %d is past the broker's end offset %d; checking the "
+                     "first record fetched", tp[0], tp[1], ps.next_offset, hi)
+            return
+        self._reset_offset(tp, ps, lo, hi, "before the start")
+
+    def _reset_offset(self, tp: TP, ps: PartitionState, lo: int, hi: int | None, what: str) -> None:
+        assert ps.next_offset is not None
         policy = self.config.limits.offset_reset
         self.counters["offset_resets"] += 1
-        what = "past the end" if ps.next_offset > hi else "before the start"
         if policy == "fail":
             raise UserError("limits.offset_reset", f"partition {tp[0]}-{tp[1]}: the snapshot's offset "
                             f"{ps.next_offset} is {what} of the partition ({lo}..{hi})",
                             "delete the state directory, or set limits.offset_reset: earliest")
+        if policy == "latest" and hi is None:
+            hi = self.source.offset_range(tp)[1]  # type: ignore[attr-defined]
         new = lo if policy == "earliest" else hi
-        log.warning("partition %s-%d: the snapshot's offset %d is %s of the partition (offsets %d..%d, a recreated "
-                    "topic or expired records); resuming from the %s offset %d (limits.offset_reset)", tp[0], tp[1],
-                    ps.next_offset, what, lo, hi, policy, new)
+        assert new is not None
+        log.warning("partition %s-%d: the snapshot's offset %d is %s of the partition (a recreated topic, a "
+                    "restarted in-memory broker, or expired records); resuming from the %s offset %d "
+                    "(limits.offset_reset)", tp[0], tp[1], ps.next_offset, what, policy, new)
         ps.next_offset = new
+        if policy == "latest":
+            self.source.seek(tp, new)
 
     def _on_revoke(self, parts: set[TP]) -> None:
         with self.lock:
@@ -204,7 +222,15 @@ class ShadowService:
         if ps is None:
             ps = self.partitions[tp] = PartitionState()
         if ps.next_offset is not None and rec.offset < ps.next_offset:
-            return False
+            if not ps.verify_position:
+                return False
+            # the first record after seeking past the broker's end lies before the snapshot: the broker reset the
+            # position (the snapshot's offset does not exist in this partition)
+            ps.verify_position = False
+            self._reset_offset(tp, ps, rec.offset, None, "past the end")
+            if rec.offset < ps.next_offset:  # policy latest: skip to the end
+                return False
+        ps.verify_position = False
         if rec.error is not None:
             self._count(ps, dead_letter_reason(rec.error))  # the source parked it
         elif not rec.events:

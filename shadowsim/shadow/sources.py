@@ -78,7 +78,8 @@ class MemorySource:
         return True
 
     def seek(self, partition: TP, offset: int) -> None:
-        self.pos[partition] = offset
+        # as a Kafka consumer with auto_offset_reset=earliest: a position past the end is reset to the start
+        self.pos[partition] = offset if offset <= len(self.log.get(partition, ())) else 0
 
     def assignment(self) -> set[TP]:
         return set(self.log) if self._assigned else set()

@@ -177,6 +177,7 @@ def test_a_snapshot_offset_past_the_end_of_the_partition_resumes_from_the_earlie
     assert again.counters["offset_resets"] == 1
     assert again.records_processed == len(fresh)  # none skipped as "already in the snapshot"
     assert "past the end" in caplog.text and "resuming from the earliest offset 0" in caplog.text
+    assert again.partitions[("t", 0)].next_offset == len(fresh)
     assert len(got) == 3
 
 
