@@ -33,6 +33,12 @@ _COUNTER_DOC = {
 _GAUGES = (("queue", "queue_requests", "waiting requests"),
            ("running", "running_requests", "running requests"),
            ("kv_usage", "kv_usage_ratio", "KV pool in use / capacity"))
+_SERVICE_COUNTER_DOC = {
+    "twin_rebuilds": "twins rebuilt (last checkpoint + journal) after a record failed to apply",
+    "twin_resets": "twins restarted empty because their rebuild failed too",
+    "snapshot_fallbacks": "partitions resumed from an older snapshot than the newest (or none) because it was unusable",
+    "offset_resets": "partitions whose snapshot offset was outside the partition at assignment",
+}
 
 
 class ShadowCollector(Collector):
@@ -74,6 +80,12 @@ class ShadowCollector(Collector):
                                  labels=["instance"])
         dead = CounterMetricFamily(P + "events_dead_lettered", "records sent to the dead-letter topic",
                                    labels=["reason"])
+        expired = CounterMetricFamily(P + "requests_expired", "requests forgotten unjoined (finish never came)",
+                                      labels=["instance"])
+        service = [CounterMetricFamily(P + "records_skipped", "records with nothing of SGLang's in them",
+                                       value=float(view.records_skipped))]
+        for name, doc in _SERVICE_COUNTER_DOC.items():
+            service.append(CounterMetricFamily(P + name, doc, value=float(view.service_counters.get(name, 0))))
         for v in view.instances:
             lv = [v.instance, v.model]
             build.add_metric([v.version, v.model, v.instance, v.latency_model, v.calibration_hash,
@@ -102,6 +114,7 @@ class ShadowCollector(Collector):
                 for src, x in v.gauges.get(k, {}).items():
                     fam.add_metric([*lv, src], x)
             processed.add_metric([v.instance], float(v.events_processed))
+            expired.add_metric([v.instance], float(v.requests_expired))
             late.add_metric([v.instance], float(v.events_late))
             if v.shadow_lag_s is not None:
                 lag.add_metric([v.instance], v.shadow_lag_s)
@@ -123,6 +136,8 @@ class ShadowCollector(Collector):
         yield processed
         yield late
         yield dead
+        yield expired
+        yield from service
         yield lag
         yield last
 

@@ -100,6 +100,7 @@ class ShadowService:
         # from that checkpoint plus these (bounded: checkpoints come every snapshot.every_events records)
         self._journal: dict[str, list[Any]] = {}
         self._held: set[str] = set()  # twins whose simulation run waits for the end of the poll batch
+        self._drained: dict[str, set[str]] = {}  # request ids each twin wrote to the sink since its checkpoint
         self.lock = threading.RLock()  # held while state changes; the exporter takes it to read a consistent view
         self.records_processed = 0
         self.checkpoints = 0
@@ -208,6 +209,7 @@ class ShadowService:
                     self.twins.pop(iid, None)
                     self.twin_partition.pop(iid, None)
                     self._journal.pop(iid, None)
+                    self._drained.pop(iid, None)
 
     def _new_twin(self, iid: str) -> InstanceTwin:
         c = self.config
@@ -328,12 +330,14 @@ class ShadowService:
                 self.twins.pop(iid, None)
                 self.twin_partition.pop(iid, None)
                 self._journal.pop(iid, None)
+                self._drained.pop(iid, None)
                 ps.instances.discard(iid)
                 ps.dirty.discard(iid)
                 continue
             if clean:
                 continue  # RecordRejected before any change, and no earlier event of the record was applied
             old = self.twins[iid]
+            replayed: list[dict[str, Any]] = []
             journal = self._journal[iid][:n_events]
             self._journal[iid] = journal
             twin = self._new_twin(iid)
@@ -344,19 +348,23 @@ class ShadowService:
                 for ev in journal:
                     twin.apply(ev, defer=True)
                 twin.flush()
-                twin.out = []  # the replay's outputs were written already (or are still in old.out)
+                # the replay re-creates every output since the checkpoint: keep those not written yet
+                written = self._drained.get(iid, set()) | {o["request_id"] for o in old.out[:n_out]}
+                replayed = [o for o in twin.out if o["request_id"] not in written]
+                twin.out = []
                 self.counters["twin_rebuilds"] += 1
                 log.warning("record %s-%d@%d failed on twin %s (%s): dead-lettered; the twin was rebuilt from its "
                             "last checkpoint and the %d events applied since", rec.topic, rec.partition, rec.offset,
                             iid, why, len(journal))
             except Exception as exc:  # noqa: BLE001 - even the rebuild failed: start the twin afresh
+                replayed = []
                 twin = self._new_twin(iid)
                 self._journal[iid] = []
                 ps.saved.discard(iid)
                 self.counters["twin_resets"] += 1
                 log.error("record %s-%d@%d failed on twin %s (%s), and rebuilding it failed too (%s: %s): the twin "
                           "starts afresh", rec.topic, rec.partition, rec.offset, iid, why, type(exc).__name__, exc)
-            twin.out = old.out[:n_out]
+            twin.out = old.out[:n_out] + replayed
             twin.last_event_wall_ts = old.last_event_wall_ts
             self.twins[iid] = twin
             ps.dirty.add(iid)
@@ -398,10 +406,11 @@ class ShadowService:
             ps.dirty.add(iid)
 
     def _drain_outputs(self) -> None:
-        for twin in self.twins.values():
+        for iid, twin in self.twins.items():
             if twin.out:
                 if self.sink is not None:
                     self.sink.write(twin.out)
+                self._drained.setdefault(iid, set()).update(o["request_id"] for o in twin.out)
                 twin.out = []
 
     def run(self, *, max_records: int | None = None, idle_timeout_s: float | None = None,
@@ -483,6 +492,7 @@ class ShadowService:
             ps.dirty.clear()
             for iid in live:
                 self._journal[iid] = []
+                self._drained.pop(iid, None)
             ps.since_checkpoint = 0
             offsets[tp] = ps.next_offset
         # 3. commit: only now may the group forget the records (a failed commit is harmless: the snapshot wins)

@@ -223,3 +223,44 @@ def test_fuzz_mix_leaves_healthy_predictions_unchanged_and_every_record_accounte
     assert set(svc.dead_letters()) <= DECODE_REASONS | set(SERVICE_REASONS) | {"other"}  # bounded label values
     assert svc.dead_letters()["json"] > 0 and svc.records_skipped() > 0
     assert len(svc.twins) <= 40 + len(healthy)
+
+
+def test_twenty_crashes_while_failing_records_are_applied_lose_and_double_nothing(tmp_path: Path) -> None:
+    """A crash = the process state abandoned without a final checkpoint (what SIGKILL leaves: the files on disk and
+    the group's committed offsets), at random points, with records that fail inside the twin's apply."""
+    import random
+
+    clean = requests(30) + requests(20, "b")
+    keys = [b"a"] * 61 + [b"b"] * 41
+    poison = ev("request_arrived", request_id="poison", prompt_tokens=10, ts=T + 3.2, output_tokens_hint=3)
+    stream = list(zip(keys, clean))
+    for at in (9, 33, 70, 71, 90):
+        stream.insert(at, (b"a", poison))
+    recs = decoded(stream, partitions=2)
+    cfg = ShadowConfig(instances={"default": InstanceConfig(latency_backend="linear")},
+                       snapshot=SnapshotConfig(dir=tmp_path / "ref", every_events=7, every_s=1e9))
+    ref, want = run(tmp_path, recs, cfg=cfg, factory=_PoisonFactory(), name="ref")
+    assert ref.dead_letters() == {"apply_error": 5} and len(want) == 50
+    rng = random.Random(7)
+    crashes = 0
+    for trial in range(4):
+        cfg_t = cfg.model_copy(update={"snapshot": SnapshotConfig(dir=tmp_path / f"s{trial}", every_events=7,
+                                                                  every_s=1e9)})
+        sink_path = tmp_path / f"p{trial}.jsonl"
+        committed: dict[Any, int] = {}
+        for _ in range(5):
+            svc = ShadowService(cfg_t, lambda a, r: MemorySource(recs, a, r, batch=rng.randint(1, 9),
+                                                                  committed=dict(committed)),
+                                _PoisonFactory(), sink=PredictionSink(sink_path))
+            svc.run(max_records=rng.randint(1, 30), poll_timeout_s=0, checkpoint_at_end=False)
+            committed = dict(svc.source.committed)  # type: ignore[attr-defined]
+            svc.sink._f.close()  # type: ignore[union-attr]  # no flush, no checkpoint: the process is gone
+            crashes += 1
+        svc = ShadowService(cfg_t, lambda a, r: MemorySource(recs, a, r, committed=committed), _PoisonFactory(),
+                            sink=PredictionSink(sink_path))
+        svc.run(idle_timeout_s=0, poll_timeout_s=0)
+        svc.close()
+        assert read_predictions(sink_path) == want, trial
+        for iid in ("a", "b"):
+            assert svc.twins[iid].stats.snapshot() == ref.twins[iid].stats.snapshot(), (trial, iid)
+    assert crashes == 20
