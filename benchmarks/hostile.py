@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 KINDS: tuple[str, ...] = ("random_bytes", "mutated_line", "truncated_json", "wrong_types", "out_of_range", "nan_inf",
@@ -89,11 +89,16 @@ def _decodes(value: bytes, key: bytes) -> bool:
 def hostile_records(n: int, seed: int, healthy: Sequence[str], *, huge_bytes: int = 10 * 1024 * 1024,
                     huge_every: int = 20_000, base_ts: float = T0) -> list[tuple[bytes | None, bytes, str]]:
     """``n`` hostile records (see the module docstring). ``huge_every``: one huge line per that many records."""
+    return list(iter_hostile(n, seed, healthy, huge_bytes=huge_bytes, huge_every=huge_every, base_ts=base_ts))
+
+
+def iter_hostile(n: int, seed: int, healthy: Sequence[str], *, huge_bytes: int = 10 * 1024 * 1024,
+                 huge_every: int = 20_000, base_ts: float = T0) -> Iterator[tuple[bytes | None, bytes, str]]:
+    """``hostile_records`` one at a time (a million records with 10 MB lines need not be in memory at once)."""
     rng = random.Random(seed)
     lines = real_lines()
     victim = "victim-0"
     sent: list[tuple[bytes | None, bytes, str]] = []
-    out: list[tuple[bytes | None, bytes, str]] = []
     for i in range(n):
         ts = base_ts + i * 0.001
         if huge_every and i % huge_every == huge_every // 2:
@@ -144,5 +149,4 @@ def hostile_records(n: int, seed: int, healthy: Sequence[str], *, huge_bytes: in
             sent.append(rec)
             if len(sent) > 500:
                 sent.pop(rng.randrange(len(sent)))
-        out.append((rec[0], rec[1], kind))
-    return out
+        yield rec[0], rec[1], kind

@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 DEFAULT_TOPIC = "sglang.events"
 DEFAULT_DLQ_TOPIC = "sglang.events.dlq"
 
+#: records longer than this are dead-lettered undecoded (reason too_large): no parser is asked to scan them
+MAX_RECORD_BYTES = 16 * 1024 * 1024
+
 TP = tuple[str, int]  # (topic, partition): plain tuples in our interface, kafka-python's TopicPartition inside
 
 
@@ -54,7 +57,7 @@ class RecordDecoder:
     SGLang's are skipped quietly); ``fmt="events"`` accepts canonical event JSON only and dead-letters the rest.
     """
 
-    def __init__(self, fmt: str = "auto") -> None:
+    def __init__(self, fmt: str = "auto", max_record_bytes: int = MAX_RECORD_BYTES) -> None:
         from streams.decode import FORMATS  # noqa: PLC0415
 
         if fmt not in FORMATS:
@@ -62,6 +65,7 @@ class RecordDecoder:
         self.fmt = fmt
         self._contexts: dict[tuple[str, int, bytes | None], Any] = {}
         self._fast = fmt in ("auto", "sglang_log")
+        self.max_record_bytes = max_record_bytes
         from streams.adapters.sglang_log import parse_line  # noqa: PLC0415
 
         self._parse_log_line = parse_line
@@ -75,6 +79,8 @@ class RecordDecoder:
         from streams.adapters.base import ParseContext  # noqa: PLC0415
         from streams.decode import decode_record  # noqa: PLC0415
 
+        if len(value) > self.max_record_bytes:
+            return [], f"too_large: record of {len(value)} bytes (at most {self.max_record_bytes})"
         ckey = (topic, partition, key)
         ctx = self._contexts.get(ckey)
         if ctx is None:

@@ -52,7 +52,7 @@ log = logging.getLogger("shadowsim.shadow")
 #: exception types. A fixed set, because error texts can quote what a record claims (its ``kind``, say).
 DECODE_REASONS = frozenset(EVENT_KINDS) | {
     "json", "events", "otlp", "otlp_proto", "request", "sharegpt", "mooncake", "azure", "server_info",
-    "bench_serving", "prometheus", "internal_error", "tombstone", "ValidationError", "JSONDecodeError",
+    "bench_serving", "prometheus", "internal_error", "tombstone", "too_large", "ValidationError", "JSONDecodeError",
     "UnicodeDecodeError", "ValueError", "TypeError", "KeyError", "RecursionError", "MemoryError", "OverflowError"}
 #: reasons the service itself dead-letters a record for
 SERVICE_REASONS = ("ts_window", "twin_cap", "apply_error", "invalid_server_config")

@@ -168,12 +168,15 @@ class SnapshotStore:
         return _read_twin(path, instance_id)
 
     def partitions(self) -> list[tuple[str, int]]:
+        """Partitions with a checkpoint (a manifest, or a format-1 file)."""
         out = set()
         if not self.dir.is_dir():
             return []
         for p in self.dir.iterdir():
             topic, _, part = (p.stem if p.suffix == ".json" else p.name).rpartition("-")
-            if part.isdigit() and topic and (p.is_dir() or p.suffix == ".json"):
+            if not (part.isdigit() and topic):
+                continue
+            if (p.is_dir() and self.manifests(topic, int(part))) or (p.is_file() and p.suffix == ".json"):
                 out.add((topic, int(part)))
         return sorted(out)
 
