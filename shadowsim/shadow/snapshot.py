@@ -7,13 +7,14 @@ consumer group, so on a rebalance the new owner loads exactly the checkpoints of
 Layout (``<dir>/<topic>-<partition>/``)::
 
     manifest-000000000042.json   {"format": 2, "generation": 42, "next_offset": ..., "twins": {iid: file}, ...}
-    twin-<sha1(iid)[:16]>-000000000042.json   one twin's state as of generation 42
+    twins-000000000042.json      {iid: state} of the twins that changed since generation 41
 
-A checkpoint writes the files of the twins that changed since the previous one (O(changed twins), not O(all
-twins)), then the manifest, which names for every twin the file of its latest state (older generations' files for
-twins that did not change). Every file is written ``<name>.tmp`` → ``fsync`` → ``rename`` → ``fsync`` the
-directory, mode 0600, so a crash leaves the previous manifest in force, never a torn one. The last ``keep``
-manifests are kept, with every twin file one of them names; older ones are deleted.
+A checkpoint writes one file with the states of the twins that changed since the previous one (O(changed twins),
+not O(all twins), and two fsyncs whatever their number), then the manifest, which names for every twin the file of
+its latest state (older generations' files for twins that did not change). Every file is written ``<name>.tmp`` →
+``fsync`` → ``rename`` → ``fsync`` the directory, mode 0600, so a crash leaves the previous manifest in force,
+never a torn one. The last ``keep`` manifests are kept, with every twins file one of them names; older ones are
+deleted.
 
 Reading: ``candidates()`` yields the readable checkpoints newest first; a manifest or twin file that does not
 parse, or lacks what a checkpoint must hold, is skipped with a log line naming the file (the service also falls
@@ -22,7 +23,6 @@ format-1 single file ``<dir>/<topic>-<partition>.json`` of earlier versions is s
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -89,16 +89,18 @@ class SnapshotStore:
         gen = self._gen[tp] = max(self._gen[tp], int(prev.get("generation", 0))) + 1
         prev_files: dict[str, str] = prev.get("twins", {})
         files: dict[str, str] = {}
+        changed: dict[str, Any] = {}
+        name = f"twins-{gen:012d}.json"
         for iid, tstate in state.get("twins", {}).items():
             if tstate is UNCHANGED:
                 if iid not in prev_files:
                     raise ValueError(f"twin {iid!r} marked unchanged but the previous checkpoint has no file for it")
                 files[iid] = prev_files[iid]
                 continue
-            name = f"twin-{_digest(iid)}-{gen:012d}.json"
-            _write_atomic(pdir / name, _dumps({"instance_id": iid, "generation": gen, "state": tstate}),
-                          sync_dir=False)
+            changed[iid] = tstate
             files[iid] = name
+        if changed:
+            _write_atomic(pdir / name, _dumps({"generation": gen, "twins": changed}), sync_dir=False)
         doc = {"format": FORMAT, "topic": topic, "partition": partition, "generation": gen,
                **{k: v for k, v in state.items() if k != "twins"}, "twins": files}
         path = pdir / f"manifest-{gen:012d}.json"
@@ -121,7 +123,7 @@ class SnapshotStore:
         for m in manifests[self.keep:]:
             m.unlink(missing_ok=True)
         for p in pdir.iterdir():
-            if p.name.startswith("twin-") and p.name.endswith(".json") and p.name not in referenced:
+            if p.name.startswith("twins-") and p.name.endswith(".json") and p.name not in referenced:
                 p.unlink(missing_ok=True)
             elif p.name.endswith(".tmp"):
                 p.unlink(missing_ok=True)
@@ -165,7 +167,8 @@ class SnapshotStore:
         if doc is None or instance_id not in doc.get("twins", {}):
             return None
         path = self.partition_dir(topic, partition) / doc["twins"][instance_id]
-        return _read_twin(path, instance_id)
+        state = _read_twins(path).get(instance_id)
+        return state if isinstance(state, dict) else None
 
     def partitions(self) -> list[tuple[str, int]]:
         """Partitions with a checkpoint (a manifest, or a format-1 file)."""
@@ -191,15 +194,16 @@ class SnapshotStore:
     def _read_checkpoint(self, path: Path) -> dict[str, Any]:
         doc = _check_structure(path, _read_json(path), FORMAT)
         twins = {}
+        files: dict[str, dict[str, Any]] = {}
         for iid, name in doc["twins"].items():
             if not isinstance(name, str) or "/" in name:
                 raise SnapshotError(f"twin entry {iid!r} is not a file name")
-            twins[iid] = _read_twin(path.parent / name, iid)
+            if name not in files:
+                files[name] = _read_twins(path.parent / name)
+            if not isinstance(files[name].get(iid), dict):
+                raise SnapshotError(f"{path.parent / name} holds no state of twin {iid!r}")
+            twins[iid] = files[name][iid]
         return {**doc, "twins": twins}
-
-
-def _digest(iid: str) -> str:
-    return hashlib.sha1(iid.encode("utf-8", errors="replace")).hexdigest()[:16]
 
 
 def _dumps(doc: dict[str, Any]) -> bytes:
@@ -250,11 +254,11 @@ def _check_structure(path: Path, doc: dict[str, Any], fmt: int) -> dict[str, Any
     return {**doc, "twins": doc.get("twins", {}), "dead_letters": dead}
 
 
-def _read_twin(path: Path, iid: str) -> dict[str, Any]:
+def _read_twins(path: Path) -> dict[str, Any]:
     doc = _read_json(path)
-    if doc.get("instance_id") != iid or not isinstance(doc.get("state"), dict):
-        raise SnapshotError(f"{path} is not the state of twin {iid!r}")
-    return doc["state"]
+    if not isinstance(doc.get("twins"), dict):
+        raise SnapshotError(f"{path} is not a file of twin states")
+    return doc["twins"]
 
 
 def _fsync_dir(path: Path) -> None:

@@ -89,7 +89,7 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted(short_log: An
                 "--topic", topic, "--dead-letter-topic", topic + ".dlq", "--group", f"g{trial}",
                 "--config", str(cfg_path), "--metrics-port", "0", "--metrics-host", "127.0.0.1",
                 "--state-dir", str(state), "--predictions", str(preds), "--snapshot-every-events", "300",
-                "--snapshot-every-s", "0.3", "--exit-when-idle-s", "2", "--quiet",
+                "--snapshot-every-s", "0.3", "--exit-when-idle-s", "5", "--quiet",
                 # a killed member holds its partitions until its session expires: keep that short here
                 "--session-timeout-ms", "1500"]
         for attempt in range(4):

@@ -39,16 +39,16 @@ def test_checkpoints_write_only_changed_twins_keep_k_and_are_private(tmp_path: P
     store = SnapshotStore(tmp_path, keep=2)
     store.save("t", 0, {"next_offset": 1, "twins": {"a": {"v": 1}, "b": {"v": 1}}})
     pdir = store.partition_dir("t", 0)
-    b_file = {p.name for p in pdir.glob("twin-*")}
     store.save("t", 0, {"next_offset": 2, "twins": {"a": {"v": 2}, "b": UNCHANGED}})
     store.save("t", 0, {"next_offset": 3, "twins": {"a": {"v": 3}, "b": UNCHANGED}})
-    # b never changed: its one file is still the one of generation 1; a's generation-1 file is gone with the
-    # generation-1 manifest (keep=2)
+    # only a changed: generations 2 and 3 wrote a alone; b's state stays in generation 1's file, which both kept
+    # manifests (keep=2) still name, so it is kept
     names = sorted(p.name for p in pdir.iterdir())
     assert [n for n in names if n.startswith("manifest-")] == ["manifest-000000000002.json",
                                                                "manifest-000000000003.json"]
-    assert len([n for n in names if n.startswith("twin-")]) == 3  # a@2, a@3, b@1
-    assert b_file & set(names)  # b@1 kept: both kept manifests name it
+    assert [n for n in names if n.startswith("twins-")] == ["twins-000000000001.json", "twins-000000000002.json",
+                                                            "twins-000000000003.json"]
+    assert json.loads((pdir / "twins-000000000003.json").read_text())["twins"] == {"a": {"v": 3}}
     doc = store.load("t", 0)
     assert doc is not None and doc["next_offset"] == 3 and doc["twins"] == {"a": {"v": 3}, "b": {"v": 1}}
     for p in pdir.iterdir():
@@ -67,7 +67,7 @@ def test_a_corrupt_newest_snapshot_falls_back_to_the_previous_one_naming_the_fil
     assert str(newest) in caplog.text and "not valid JSON" in caplog.text
     # a manifest whose twin file is missing is unusable as well
     store.save("t", 2, {"next_offset": 3, "twins": {"a": {"v": 3}}})
-    for p in store.partition_dir("t", 2).glob("twin-*"):
+    for p in store.partition_dir("t", 2).glob("twins-*"):
         p.unlink()
     assert SnapshotStore(tmp_path).load("t", 2) is None
     # wrong structure: a manifest without an offset
