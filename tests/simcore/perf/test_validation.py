@@ -127,7 +127,7 @@ def test_cli_json_and_rows_csv(tmp_path, capsys) -> None:
     assert main(["validate", str(m), "--json", "-q", "--out", str(out_csv)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"rows", "summary", "skipped"}
-    assert set(doc["summary"]) == {"ttft", "tpot", "throughput"}
+    assert set(doc["summary"]) == {"ttft", "tpot", "throughput", "e2e"}
     assert set(doc["summary"]["ttft"]) == {"mape", "median_ape", "p90_ape", "n"}
     assert doc["skipped"][0]["id"] == "bad" and "unknown model" in doc["skipped"][0]["reason"]
     with open(out_csv) as fh:
