@@ -80,7 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "for their responses (one continuous loop; the old protocol)")
     parser.add_argument("--server-args", default=None, metavar="FLAGS",
                         help="SGLang launch flags for rows without a server_args column, e.g. "
-                             "'--enable-mixed-chunk --max-prefill-tokens 2524' (default: SGLang's defaults)")
+                             "'--enable-mixed-chunk --max-prefill-tokens 2524', or 'aiconfigurator': the flags "
+                             "aiconfigurator's deployment generator wrote by the row's version (none before "
+                             "0.5.6; --max-prefill-tokens isl+1500; --enable-mixed-chunk too from 0.5.8; "
+                             "docs/accuracy.md 3.1) (default: SGLang's defaults)")
     parser.add_argument("--deployment", default="as-deployed", choices=("as-deployed", "defaults"),
                         help="as-deployed = each row's server_args (else --server-args, else SGLang's defaults); "
                              "defaults = ignore them and run SGLang's defaults (to compare)")

@@ -318,8 +318,29 @@ class Protocol:
                             f"use one of: {', '.join(LENGTH_DISTS)}")
         if self.client is not None and self.client not in CLIENTS:
             raise UserError("--client", f"unknown client {self.client!r}", f"use one of: {', '.join(CLIENTS)}")
-        if self.server_args is not None:
+        if self.server_args is not None and self.server_args != GENERATOR:
             parse_server_args(self.server_args, "--server-args")  # fail before any row runs
+
+
+# aiconfigurator's deployment generator (ai-dynamo/aiconfigurator src/aiconfigurator/generator/rule_plugin/
+# sglang.rule and benchmark/sglang.rule, git history): SGLang rules since 2025-12-04 (#144: agg max_prefill_tokens
+# = isl + 1500), --enable-mixed-chunk since 2026-01-19 (#257/#258). A version gives the earliest date a run could
+# have had: wheels of 0.5.6 were built 2025-12-03, of 0.5.8 2026-01-23 (docs/accuracy.md §3.1).
+GENERATOR = "aiconfigurator"
+
+
+def generator_server_args(isl: int, sglang_version: str) -> str | None:
+    """The flags aiconfigurator's generator writes for an aggregated SGLang deployment benchmarked at ``isl``,
+    by the earliest date the row's version allows: None before 0.5.6 (released before the generator's SGLang
+    rules; SGLang defaults), ``--max-prefill-tokens isl+1500`` for 0.5.6–0.5.7, and ``--enable-mixed-chunk`` as
+    well from 0.5.8 (released after 2026-01-19)."""
+    from simcore.settings import _version_tuple
+
+    v = _version_tuple(sglang_version)
+    if v < (0, 5, 6):
+        return None
+    flags = f"--max-prefill-tokens {isl + 1500}"
+    return ("--enable-mixed-chunk " + flags) if v >= (0, 5, 8) else flags
 
 
 def _row_settings(row: Row, p: Protocol) -> tuple[dict[str, Any], str | None]:
@@ -328,6 +349,9 @@ def _row_settings(row: Row, p: Protocol) -> tuple[dict[str, Any], str | None]:
         return {}, None
     if row.server_args:
         return dict(row.server_settings), row.server_args
+    if p.server_args == GENERATOR:
+        text = generator_server_args(row.isl, row.sglang_version)
+        return (parse_server_args(text, f"row {row.id}"), text) if text else ({}, None)
     if p.server_args:
         return parse_server_args(p.server_args, "--server-args", tp=row.tp), p.server_args
     return {}, None

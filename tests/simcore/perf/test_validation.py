@@ -229,3 +229,16 @@ def test_only_selects_rows(tmp_path, capsys) -> None:
     assert [r["id"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["a"]
     assert main(["validate", str(m), "-q", "--only", "color=red"]) == 2
     assert "--only: no column 'color'" in capsys.readouterr().err
+
+
+def test_generator_rule_by_version(tmp_path) -> None:
+    from simcore.perf.validation import generator_server_args
+
+    # aiconfigurator's rule_plugin/sglang.rule: max_prefill_tokens = isl + 1500 (2025-12-04), mixed chunk
+    # (2026-01-19); versions released before (0.5.1.post1) ran SGLang's defaults
+    assert generator_server_args(1024, "0.5.1.post1") is None
+    assert generator_server_args(1024, "0.5.6") == "--max-prefill-tokens 2524"
+    assert generator_server_args(8192, "0.5.8.post1") == "--enable-mixed-chunk --max-prefill-tokens 9692"
+    row = read_rows(write(tmp_path, "g,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,16,4,,8,0.5.9,,,"))[0]
+    r = simulate_row(row, protocol=Protocol(server_args="aiconfigurator"))
+    assert r.extra["deployment"] == "as deployed: --enable-mixed-chunk --max-prefill-tokens 2012"
