@@ -38,6 +38,7 @@ deployments (``bench_run.sh``: aiperf, chat endpoint, streaming, ``ignore_eos``,
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -299,8 +300,12 @@ class Protocol:
     tokenizer_s_per_request: float = 0.0
     client: str | None = None  # overrides every row's client (None: the row's column, else by its load)
     warmup_barrier: bool = True  # aiperf: profiling starts when every warm-up response is back
-    server_args: str | None = None  # flags for rows without a server_args column (None: SGLang defaults)
-    use_server_args: bool = True  # False: every row at SGLang's defaults, its server_args ignored (comparisons)
+    # flags for rows without a server_args column (None: SGLang defaults); may say {isl}, {isl+1500}, {osl}, or be
+    # GENERATOR ("aiconfigurator": the generator's flags by the row's version)
+    server_args: str | None = None
+    # as-deployed: the row's column, else server_args; defaults: SGLang's defaults for every row (column
+    # ignored); flags: server_args for every row (column ignored)
+    deployment: str = "as-deployed"
     variability: Variability | None = None  # None / off: the deterministic simulator (docs/accuracy.md §3.7)
 
     def __post_init__(self) -> None:
@@ -318,8 +323,11 @@ class Protocol:
                             f"use one of: {', '.join(LENGTH_DISTS)}")
         if self.client is not None and self.client not in CLIENTS:
             raise UserError("--client", f"unknown client {self.client!r}", f"use one of: {', '.join(CLIENTS)}")
+        if self.deployment not in DEPLOYMENTS:
+            raise UserError("--deployment", f"unknown deployment {self.deployment!r}",
+                            f"use one of: {', '.join(DEPLOYMENTS)}")
         if self.server_args is not None and self.server_args != GENERATOR:
-            parse_server_args(self.server_args, "--server-args")  # fail before any row runs
+            parse_server_args(expand_row_flags(self.server_args, 1024, 1024), "--server-args")  # fail early
 
 
 # aiconfigurator's deployment generator (ai-dynamo/aiconfigurator src/aiconfigurator/generator/rule_plugin/
@@ -343,18 +351,35 @@ def generator_server_args(isl: int, sglang_version: str) -> str | None:
     return ("--enable-mixed-chunk " + flags) if v >= (0, 5, 8) else flags
 
 
+DEPLOYMENTS = ("as-deployed", "defaults", "flags")
+
+
+def expand_row_flags(text: str, isl: int, osl: int) -> str:
+    """``{isl}``, ``{osl}``, ``{isl+N}`` / ``{osl+N}`` in flags → the row's numbers (one flag string for a file
+    whose rows differ in lengths, e.g. the generator's ``--max-prefill-tokens {isl+1500}``)."""
+    def sub(m: "re.Match[str]") -> str:
+        base = isl if m.group(1) == "isl" else osl
+        return str(base + int(m.group(2) or 0))
+
+    out = re.sub(r"\{(isl|osl)(?:\+(\d+))?\}", sub, text)
+    if "{" in out or "}" in out:
+        raise UserError("--server-args", f"cannot expand {text!r}", "use {isl}, {osl}, {isl+N} or {osl+N}")
+    return out
+
+
 def _row_settings(row: Row, p: Protocol) -> tuple[dict[str, Any], str | None]:
     """ServerSettings fields of the row as deployed, and the flags they came from (None: SGLang defaults)."""
-    if not p.use_server_args:
+    if p.deployment == "defaults":
         return {}, None
-    if row.server_args:
+    if row.server_args and p.deployment == "as-deployed":
         return dict(row.server_settings), row.server_args
+    if not p.server_args:
+        return {}, None
     if p.server_args == GENERATOR:
         text = generator_server_args(row.isl, row.sglang_version)
         return (parse_server_args(text, f"row {row.id}"), text) if text else ({}, None)
-    if p.server_args:
-        return parse_server_args(p.server_args, "--server-args", tp=row.tp), p.server_args
-    return {}, None
+    text = expand_row_flags(p.server_args, row.isl, row.osl)
+    return parse_server_args(text, f"row {row.id} (--server-args)", tp=row.tp), text
 
 
 def _workload(row: Row, p: Protocol, seed: int) -> tuple[Any, int, str]:
@@ -444,6 +469,8 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
         "lockstep_index": None, "warnings": [],
         "deployment": f"as deployed: {flags_text}" if flags_text else (
             "SGLang defaults (server_args ignored)" if row.server_args else "SGLang defaults (no server_args)"),
+        "server_args_source": None if flags_text is None else (
+            "column" if row.server_args and p.deployment == "as-deployed" else "--server-args"),
     }
     if client == "aiperf" and row.concurrency and tpots:
         idx = lockstep_index([r.arrival_s for r in recs], row.concurrency, window_s=float(np.mean(tpots)) / 2)

@@ -172,12 +172,17 @@ def test_server_args_column_is_parsed_and_labelled(tmp_path) -> None:
     ra, rb = simulate_row(a), simulate_row(b)
     assert ra.extra["deployment"] == "as deployed: --enable-mixed-chunk --max-prefill-tokens 2012"
     assert rb.extra["deployment"] == "SGLang defaults (no server_args)"
-    ignored = simulate_row(a, protocol=Protocol(use_server_args=False))
+    ignored = simulate_row(a, protocol=Protocol(deployment="defaults"))
     assert ignored.extra["deployment"] == "SGLang defaults (server_args ignored)"
     assert ignored.predicted == rb.predicted  # same row, same defaults, same numbers
     # --server-args fills rows without the column only
-    both = simulate_row(b, protocol=Protocol(server_args="--enable-mixed-chunk --max-prefill-tokens 2012"))
-    assert both.predicted == ra.predicted
+    both = simulate_row(b, protocol=Protocol(server_args="--enable-mixed-chunk --max-prefill-tokens {isl+1500}"))
+    assert both.predicted == ra.predicted and both.extra["server_args_source"] == "--server-args"
+    # flags: the same flags replace the column; the row's lengths fill the template (512 + 1500 = 2012)
+    over = simulate_row(a, protocol=Protocol(deployment="flags", server_args="--max-prefill-tokens {isl+1500}"))
+    assert over.extra["deployment"] == "as deployed: --max-prefill-tokens 2012"
+    with pytest.raises(UserError, match="--server-args"):
+        Protocol(server_args="--max-prefill-tokens {prompt}")
 
 
 def test_a_bad_flag_is_a_one_line_error_naming_row_and_flag(tmp_path, capsys) -> None:
