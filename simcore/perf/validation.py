@@ -466,7 +466,7 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
     extra: dict[str, Any] = {
         "predicted_ttft_p10_ms": p10, "predicted_ttft_p50_ms": p50, "predicted_ttft_p90_ms": p90,
         "predicted_output_tokens_per_s": sum(r.output_len for r in recs) / span if span > 0 else float("nan"),
-        "lockstep_index": None, "warnings": [],
+        "lockstep_index": None, "warnings": [], "client": client,
         "deployment": f"as deployed: {flags_text}" if flags_text else (
             "SGLang defaults (server_args ignored)" if row.server_args else "SGLang defaults (no server_args)"),
         "server_args_source": None if flags_text is None else (

@@ -247,3 +247,26 @@ def test_generator_rule_by_version(tmp_path) -> None:
     row = read_rows(write(tmp_path, "g,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,16,4,,8,0.5.9,,,"))[0]
     r = simulate_row(row, protocol=Protocol(server_args="aiconfigurator"))
     assert r.extra["deployment"] == "as deployed: --enable-mixed-chunk --max-prefill-tokens 2012"
+
+
+def test_bench_serving_rows_use_the_versions_length_rules(tmp_path) -> None:
+    # client bench_serving, rate 8/s, 40 prompts, lengths uniform in [int(I·r), I] with r = 0.5: inputs 256–512,
+    # outputs 16–32 tokens; no chat template (the random dataset sends text to /generate)
+    head = HEADER.rstrip("\n") + ",client,random_range_ratio,seed\n"
+    p = tmp_path / "b.csv"
+    p.write_text(head + "o,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,32,,8,40,0.5.9,,,,bench_serving,0.5,7\n")
+    row = read_rows(p)[0]
+    assert (row.client, row.random_range_ratio, row.seed) == ("bench_serving", 0.5, 7)
+    from simcore.perf.validation import _workload
+
+    wl, warmup, client = _workload(row, Protocol(), 0)
+    assert (warmup, client, len(wl.input_lens)) == (0, "bench_serving", 40)
+    assert 256 <= min(wl.input_lens) and max(wl.input_lens) <= 512
+    assert 16 <= min(wl.output_lens) and max(wl.output_lens) <= 32
+    r = simulate_row(row)
+    assert r.extra["client"] == "bench_serving" and r.requests == 40 and r.extra["lockstep_index"] is None
+    out = simulate_row(row, protocol=Protocol(client="poisson"))
+    assert out.extra["client"] == "poisson" and out.predicted != r.predicted
+    p.write_text(head + "o,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,32,,8,40,0.5.9,,,,vllm,,\n")
+    with pytest.raises(UserError, match="row o: unknown client 'vllm'"):
+        read_rows(p)
