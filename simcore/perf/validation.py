@@ -33,7 +33,7 @@ deployments (``bench_run.sh``: aiperf, chat endpoint, streaming, ``ignore_eos``,
   on): mean TTFT and its p10/p50/p90; mean TPOT = mean over requests of (e2e − TTFT)/(osl − 1); mean e2e;
   throughput = completed / (last finish − first arrival), in requests and output tokens per second; the
   lockstep index of the closed loop's arrivals (`simcore.benchmark_clients.lockstep_index`, window half the
-  mean TPOT) with a warning at ``LOCKSTEP_WARNING`` or more.
+  mean TPOT; loops of two rounds or more) with a warning at ``LOCKSTEP_WARNING`` or more.
 """
 from __future__ import annotations
 
@@ -472,7 +472,8 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
         "server_args_source": None if flags_text is None else (
             "column" if row.server_args and p.deployment == "as-deployed" else "--server-args"),
     }
-    if client == "aiperf" and row.concurrency and tpots:
+    # a loop of at least two rounds (a burst of one request per client is one wave by construction)
+    if client == "aiperf" and row.concurrency and tpots and len(recs) >= 2 * row.concurrency:
         idx = lockstep_index([r.arrival_s for r in recs], row.concurrency, window_s=float(np.mean(tpots)) / 2)
         extra["lockstep_index"] = idx
         if idx >= LOCKSTEP_WARNING and row.concurrency > 1:
