@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from collections import deque
 from typing import Any, Callable
 
 import numpy as np
@@ -95,6 +96,7 @@ class Server(ResultProcessor):
         self.res = ReservationSum(settings.clip_max_new_tokens_estimation)
         # queues and running state
         self.pending: list[tuple[float, int, Req]] = []  # submitted, not yet ingested: (ingest time, seq, req)
+        self.ahead: deque[float] = deque()   # submission times of pending requests submitted ahead of time
         self.waiting: list[Req] = []
         self.R: dict[str, Req] = {}          # decoding requests (lazy counters)
         self.F: dict[str, Req] = {}          # last token launched, result not yet applied
@@ -125,6 +127,7 @@ class Server(ResultProcessor):
         self.seq = 0
         self.bid = 0
         self.steps = 0
+        self.run_steps = 0                   # of those, steps done inside decode runs (not in snapshots)
         self.num_retractions = 0
         self.num_preemptions = 0
         self.kv_peak_used = 0
@@ -155,7 +158,14 @@ class Server(ResultProcessor):
             # one tokenizer, requests in submission order: a burst reaches the scheduler spread out
             start = ready if ready > self.tok_free else self.tok_free
             ready = self.tok_free = start + self.tok_req_s + self.tok_tok_s * spec.input_len
-        self._push_pending(req, max(ready + self.tokenize_s, self.env.now if at_s is None else at_s))
+        now = self.env.now
+        if at_s is not None and at_s > now:
+            ahead = self.ahead
+            if ahead and at_s < ahead[-1]:
+                raise ValueError("requests submitted ahead of time must come in submission-time order")
+            ahead.append(at_s)
+            now = at_s
+        self._push_pending(req, max(ready + self.tokenize_s, now))
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
         return ev
@@ -249,13 +259,19 @@ class Server(ResultProcessor):
                 self.t = self.due.emit_s = max(t, self.due.gpu_end)
             else:
                 self.ratio.reset()  # Scheduler.on_idle()
+                # requests submitted ahead of time count as pending only from their submission time on
+                ahead = self.ahead
+                while ahead and ahead[0] <= t:
+                    ahead.popleft()
+                submitted = len(pend) > len(ahead)
                 if not pend and not self.waiting:
                     self.idle = True
                     self._wake = env.event()
                     yield self._wake
                     self._wake = None
                     self.idle = False
-                if pend:
+                    submitted = True
+                if submitted or (pend and not self.waiting):  # (the next submission is what a wake-up brings)
                     self.t = max(t, pend[0][0], env.now)
                 elif self.waiting:
                     # nothing runs, nothing in flight, yet requests wait: they can never fit
@@ -399,6 +415,7 @@ class Server(ResultProcessor):
         kv.free -= n * rows
         kv.private += n * rows
         self.steps += n
+        self.run_steps += n
         bid0 = self.bid
         self.bid = bid0 + n
         used = kv.used
