@@ -38,7 +38,7 @@ from simcore import server_snapshot as _snap
 from simcore.decode_run import DEFAULT_MAX_REL_SPACING, DecodeStepTimes
 from simcore.kv_cache import KVCache
 from simcore.memory import max_running_requests as _derive_max_running
-from simcore.perf.base import BatchShape, LatencyModel
+from simcore.perf.base import BatchShape, LatencyModel, has_pure_step_time
 from simcore.request import RequestSpec
 from simcore.results import RequestRecord, StepRecord
 from simcore.scheduler import (AddResult, NewTokenRatio, PrefillAdder, order_waiting, preemption_victims,
@@ -136,8 +136,10 @@ class Server(ResultProcessor):
         self.records: list[RequestRecord] = []
         self.deferred: list[tuple[float, RequestRecord]] = []  # finished, signalled at their emit time
         # decode runs (simcore.decode_run): jump over stretches of identical decode steps. Off with an observer
-        # (it wants every step), host output stages or pages > 1 (their per-step work is not modelled in a run)
-        self.decode_runs = fast and observer is None and not self.out_on and self.page == 1
+        # (it wants every step), host output stages or pages > 1 (their per-step work is not modelled in a run),
+        # and for latency models that do not declare a pure step time (random per call, clock-dependent)
+        self.decode_runs = (fast and observer is None and not self.out_on and self.page == 1
+                            and has_pure_step_time(latency))  # runs price steps ahead of their time
         self.run_times = DecodeStepTimes(latency, decode_run_spacing)
         self.proc = env.process(self._run()) if _start else None
 

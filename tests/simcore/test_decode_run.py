@@ -180,3 +180,22 @@ def test_interpolated_runs_stay_within_the_documented_bound(shared_dir) -> None:
     for k in ("mean_ttft_ms", "mean_tpot_ms", "mean_e2e_ms", "output_throughput_tok_s"):
         if k in se:
             assert sa[k] == pytest.approx(se[k], rel=1e-4), k
+
+
+def test_models_random_per_call_get_no_runs_and_keep_their_draw_order() -> None:
+    """A jittered model draws one factor per step_time call: no runs, the same draws as step by step."""
+    from simcore.perf.base import has_pure_step_time
+    from simcore.variability import Variability, with_variability
+
+    assert has_pure_step_time(TABLE)
+    results = []
+    for fast in (True, False):
+        lat = with_variability(TABLE, Variability(step_time_cv=0.05, run_time_cv=0.01), seed=11)
+        assert not has_pure_step_time(lat)
+        env = simpy.Environment()
+        srv = Server(env, _settings(), 200_000, lat, fast=fast)
+        OpenLoop(3.0, 60, 1500, 200, seed=1).start(env, srv)
+        env.run()
+        assert srv.run_steps == 0
+        results.append(srv.records)
+    assert results[0] == results[1]
