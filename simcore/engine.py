@@ -80,7 +80,9 @@ def simulate(settings: ServerSettings, latency: LatencyModel, workload: Workload
 
     ``progress(sim_time_s, finished)`` is called every ``progress_every_s`` simulated seconds (it adds a SimPy
     event there, so leave it None in equivalence tests). ``seed`` feeds the only random choices (``random``
-    policy). Extra keywords go to :class:`Server` (``max_running_requests``, ``tokenize_s``, ...).
+    policy). Extra keywords go to :class:`Server` (``max_running_requests``, ``tokenize_s``,
+    ``decode_run_spacing``: 0 prices every decode step exactly, docs/architecture.md "Decode runs", ...).
+    With ``fast`` and no ``until``, open-loop workloads (``planned_arrivals``) are handed to the server up front.
     """
     env = simpy.Environment()
     server = Server(env, settings, kv_capacity_tokens, latency, key_unit=key_unit,
