@@ -57,6 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --follow: skip what the file holds now, ship only new lines")
     parser.add_argument("--speed", type=float, default=None, metavar="N",
                         help="replay at N x the recorded timing (default: as fast as possible)")
+    parser.add_argument("--start-ts", default=None, metavar="TIME",
+                        help="where a trace with relative times (Mooncake, ShareGPT: from 0) starts, as Unix seconds "
+                             "or ISO 8601 (2026-01-31T12:00:00Z); default: now, so the shadow sees current traffic. "
+                             "Files with their own clock times (SGLang logs, Azure traces) keep them")
     parser.add_argument("--idle-timeout-s", type=float, default=None, metavar="S",
                         help="with --follow or --zmq: stop after S seconds without new input (default: never)")
     parser.add_argument("--zmq", metavar="ENDPOINT", help="bridge a ZMQ feed, e.g. tcp://127.0.0.1:5557")
@@ -111,6 +115,30 @@ def _check(args: argparse.Namespace) -> None:
                         "--speed replays a recorded file; --follow ships lines as they are written")
     if args.partitions < 1:
         raise UserError("--partitions", f"must be >= 1, got {args.partitions}")
+    if args.start_ts is not None:
+        args.start_ts = parse_start_ts(args.start_ts)
+        if args.raw:
+            raise UserError("--start-ts", "applies to decoded events, not --raw lines",
+                            "drop --raw: the consumer times raw lines by their Kafka record time")
+
+
+def parse_start_ts(text: str) -> float:
+    """``--start-ts``: Unix seconds, or an ISO 8601 time (UTC unless it names a zone)."""
+    import math  # noqa: PLC0415
+
+    from streams.adapters.timestamps import parse_iso  # noqa: PLC0415
+
+    try:
+        ts = float(text)
+    except ValueError:
+        parsed = parse_iso(text.strip())
+        if parsed is None:
+            raise UserError("--start-ts", f"{text!r} is neither Unix seconds nor an ISO 8601 time",
+                            "e.g. 1767225600 or 2026-01-01T00:00:00Z") from None
+        ts = parsed
+    if not math.isfinite(ts) or not 0 <= ts < 4102444800:  # 2100-01-01
+        raise UserError("--start-ts", f"{text!r} is outside 1970..2100", "give Unix seconds, e.g. 1767225600")
+    return ts
 
 
 def _dead_letter_topic(args: argparse.Namespace) -> str | None:
@@ -175,7 +203,7 @@ def _run_file(args: argparse.Namespace, producer, stop: threading.Event) -> dict
 
     progress = Progress(None) if args.no_progress or args.json else terminal_progress()
     pub = FilePublisher(producer, fmt=args.format, instance_id=args.instance_id, raw=args.raw, speed=args.speed,
-                        progress=progress)
+                        progress=progress, start_ts=args.start_ts)
     if args.follow:
         stats = pub.follow(args.file, stop=stop.is_set, from_end=args.from_end, idle_timeout_s=args.idle_timeout_s)
     else:
