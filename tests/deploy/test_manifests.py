@@ -125,7 +125,41 @@ def test_service_monitor_and_service_select_the_shadow() -> None:
     svc_ports = {p["name"]: p for p in svc["spec"]["ports"]}
     endpoint = mon["spec"]["endpoints"][0]
     assert endpoint["port"] in svc_ports and svc_ports[endpoint["port"]]["targetPort"] in container_ports
-    assert endpoint["honorLabels"] is True  # keeps the exported `instance` label (docs/metrics.md)
+    # A standard scrape: shadowsim's series carry `sglang_instance`, the target keeps its `instance` and `job`.
+    assert "honorLabels" not in endpoint
+
+
+def test_sglang_monitor_examples_add_sglang_instance_and_keep_the_targets_labels() -> None:
+    examples = {doc["kind"]: doc for p in sorted((K8S / "sglang").glob("*.yaml")) for doc in yaml.safe_load_all(p.read_text())}
+    assert set(examples) == {"ServiceMonitor", "PodMonitor"}
+    _validate_k8s(examples["ServiceMonitor"])
+    shadow_cluster = next(r["replacement"] for r in _k8s_docs()["ServiceMonitor"]["spec"]["endpoints"][0]["relabelings"]
+                          if r["targetLabel"] == "cluster")
+    for kind, doc in examples.items():
+        endpoint = (doc["spec"].get("endpoints") or doc["spec"]["podMetricsEndpoints"])[0]
+        assert not endpoint.get("honorLabels"), kind
+        relabel = {r["targetLabel"]: r for r in endpoint["relabelings"]}
+        assert relabel["sglang_instance"]["sourceLabels"] == ["__meta_kubernetes_pod_name"], kind
+        assert relabel["cluster"]["replacement"] == shadow_cluster, kind
+        # nothing overwrites the operator's own target labels
+        assert not {"instance", "job"} & set(relabel), kind
+
+
+def test_compose_publishes_ports_on_loopback_by_default() -> None:
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    published = [(name, port) for name, svc in services.items() for port in svc.get("ports", [])]
+    assert len(published) >= 6
+    for name, port in published:
+        assert str(port).startswith("${SHADOWSIM_BIND_ADDRESS:-127.0.0.1}:"), (name, port)
+
+
+def test_probes_use_liveness_and_readiness_endpoints() -> None:
+    container = _k8s_docs()["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # inside the pod the server must listen beyond loopback (the CLI's default is 127.0.0.1)
+    args = container["args"]
+    assert args[args.index("--metrics-host") + 1] == "0.0.0.0"
 
 
 def test_replicas_do_not_exceed_partitions() -> None:
