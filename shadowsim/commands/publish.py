@@ -13,6 +13,7 @@ By default the file is decoded here and each event goes out as canonical event J
                   Messages that do not decode go to --dead-letter-topic (default sglang.events.dlq) with
                   the reason in the `error` header; the summary counts them (errors, dead_letters)
 
+Kafka TLS/SASL: the SHADOWSIM_KAFKA_* environment variables, as for `shadowsim run` (docs/operations.md).
 Progress is shown on stderr when it is a terminal; --json prints a summary object on stdout at the end.
 
 Examples:
@@ -151,8 +152,12 @@ def _producer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from streams.broker import create_topics, wait_until_answers  # noqa: PLC0415
     from streams.kafka_io import EventProducer  # noqa: PLC0415
 
+    from streams.kafka_security import security_from  # noqa: PLC0415
+
+    security = security_from(None)  # TLS/SASL from SHADOWSIM_KAFKA_* (docs/operations.md, "Kafka security")
+    kw = security.kafka_kwargs()
     try:
-        wait_until_answers(args.bootstrap_servers, timeout_s=10.0)
+        wait_until_answers(args.bootstrap_servers, timeout_s=10.0, **kw)
     except (TimeoutError, ValueError) as exc:
         raise UserError("--bootstrap-servers", f"no Kafka answers at {args.bootstrap_servers} ({exc})",
                         "is the broker running? `shadowsim broker` starts one on 127.0.0.1:9092") from None
@@ -161,10 +166,10 @@ def _producer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     if dlq is not None:
         topics[dlq] = args.partitions
     try:
-        create_topics(args.bootstrap_servers, topics)
+        create_topics(args.bootstrap_servers, topics, **kw)
     except Exception as exc:  # noqa: BLE001 - no admin rights on a managed Kafka: the topic may exist anyway
         print(f"shadowsim publish: could not check/create topics {', '.join(topics)}: {exc}", file=sys.stderr)
-    return EventProducer(args.bootstrap_servers, args.topic)
+    return EventProducer(args.bootstrap_servers, args.topic, **kw)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -219,7 +224,10 @@ def _run_zmq(args: argparse.Namespace, producer, stop: threading.Event) -> dict[
     from streams.kafka_io import EventProducer  # noqa: PLC0415
 
     dlq_topic = _dead_letter_topic(args)
-    dlq = EventProducer(args.bootstrap_servers, dlq_topic) if dlq_topic is not None else None
+    from streams.kafka_security import security_from  # noqa: PLC0415
+
+    kw = security_from(None).kafka_kwargs()
+    dlq = EventProducer(args.bootstrap_servers, dlq_topic, **kw) if dlq_topic is not None else None
     bridge = ZmqBridge(args.zmq, args.zmq_kind, producer, instance_id=args.instance_id, dead_letters=dlq)
     try:
         stats = bridge.run(max_messages=args.max_messages, idle_timeout_s=args.idle_timeout_s, stop=stop.is_set)
