@@ -139,7 +139,14 @@ class Prediction:
         return self.summary.get("intervals_p5_p95")
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.summary)
+        return {**self.summary, "memory": self.memory}
+
+    @classmethod
+    def from_dict(cls, summary: dict[str, Any]) -> "Prediction":
+        """From a ``shadowsim predict --json`` object (no per-request records: plots use its percentiles)."""
+        if "server" not in summary or "ttft_ms" not in summary:
+            raise UserError("RESULT.json", "not a shadowsim predict --json result", "save one with --json")
+        return cls(summary, [], [], summary.get("memory") or {}, list(summary.get("warnings") or []))
 
     def to_dataframe(self) -> Any:
         """Per-request records as a pandas DataFrame (needs pandas)."""
@@ -245,6 +252,17 @@ class SweepResult:
 
     def to_dict(self) -> dict[str, Any]:
         return self.raw
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "SweepResult":
+        """From a ``shadowsim sweep --json`` object."""
+        if "points" not in raw or "skipped" not in raw:
+            raise UserError("RESULT.json", "not a shadowsim sweep --json result", "save one with --json")
+        obj = raw.get("objectives") or {"maximize": ["output_tokens_per_s_per_gpu"], "minimize": ["ttft_p90_ms"]}
+        slo = raw.get("slo_ms") or {}
+        load = (obj.get("per_load_axis") or [None])[0]
+        return cls(raw["points"], raw["skipped"], {"ttft_ms": slo.get("ttft"), "tpot_ms": slo.get("tpot")}, obj,
+                   load, raw, obj.get("slo_attainment") or 0.9)
 
     def to_dataframe(self) -> Any:
         return _dataframe(self.points)
@@ -359,6 +377,13 @@ class Validation:
 
     def to_dict(self) -> dict[str, Any]:
         return {"rows": self.rows, "summary": self.summary, "skipped": self.skipped}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], source: str = "") -> "Validation":
+        """From a ``shadowsim validate --json`` object."""
+        if not {"rows", "summary", "skipped"} <= set(raw):
+            raise UserError("RESULT.json", "not a shadowsim validate --json result", "save one with --json")
+        return cls(raw["rows"], raw["summary"], raw["skipped"], source)
 
     def to_dataframe(self) -> Any:
         return _dataframe(self.rows)

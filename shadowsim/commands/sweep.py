@@ -218,7 +218,8 @@ def run_point(ns: argparse.Namespace) -> dict[str, Any]:
     from shadowsim.api import predict_namespace
 
     try:
-        return {"metrics": _metrics(predict_namespace(ns, replicas=getattr(ns, "replicas", 1)).summary)}
+        pred = predict_namespace(ns, replicas=getattr(ns, "replicas", 1))
+        return {"metrics": {**_metrics(pred.summary), "memory": pred.memory}}
     except UserError as exc:
         return {"reason": skip_reason(exc)}
 
@@ -369,6 +370,7 @@ def _run_grid(args: argparse.Namespace, axes: dict[str, list[Any]], keys: list[s
         r["pareto"] = r["id"] in front_ids
     return {"objectives": {"maximize": [args.pareto_max], "minimize": keys, "per_load_axis": list(load),
                            "slo_attainment": args.slo_attainment if slo_given else None},
+            "slo_ms": {"ttft": args.slo_ttft_ms, "tpot": args.slo_tpot_ms},
             "points": rows, "pareto": sorted(front_ids), "skipped": skipped}
 
 
@@ -460,7 +462,8 @@ def _table(head: list[str], body: list[list[str]]) -> None:
 
 
 def _write_csv(path: str, result: dict[str, Any]) -> None:
-    rows: list[dict[str, Any]] = [dict({k: v for k, v in r.items() if k not in ("intervals_p5_p95", "warnings")},
+    rows: list[dict[str, Any]] = [dict({k: v for k, v in r.items()
+                                        if k not in ("intervals_p5_p95", "warnings", "memory")},
                                        skipped_reason="") for r in result["points"]]
     rows += [dict(s["point"], skipped_reason=s["reason"]) for s in result["skipped"]]
     for f in result.get("max_rate_under_slo", []):

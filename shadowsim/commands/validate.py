@@ -71,6 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer-us-per-request", type=float, default=0.0, metavar="US",
                         help="serial tokenizer in front of the scheduler: µs per arriving request (default 0)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--report", metavar="FILE.html", default=None,
+                        help="also write a self-contained HTML report: predicted-vs-measured scatter, error "
+                             "histogram (needs shadowsim[report])")
 
 
 
@@ -87,6 +90,8 @@ def read_rows(path: str | Path) -> list[Any]:
         raise UserError("MEASUREMENTS", f"no such file: {p}", "give a CSV in the validation format") from None
     except IsADirectoryError:
         raise UserError("MEASUREMENTS", f"{p} is a directory", "give one CSV file") from None
+    except UnicodeDecodeError:
+        raise UserError("MEASUREMENTS", f"{p} is not a text CSV file", "give a CSV in the validation format") from None
 
 
 def _fmt(v: Any, nd: int = 1) -> str:
@@ -117,6 +122,11 @@ def run(args: argparse.Namespace) -> int:
     out = validate(rows, profile=profile, backend=args.latency_backend, seed=args.seed, protocol=protocol,
                    progress=progress)
     out.pop("_results", None)
+    if getattr(args, "report", None):
+        from shadowsim.api import Validation
+        from shadowsim.report import write_report
+
+        write_report([Validation.from_dict(out, str(args.measurements))], Path(args.report))
     if args.out:
         _write_rows(args.out, out["rows"])
     if args.json:
