@@ -223,6 +223,8 @@ def predicted_vs_measured(rows: Sequence[dict[str, Any]]) -> str:
             ax.fill_between([lo, hi], [lo * 0.8, hi * 0.8], [lo * 1.2, hi * 1.2], color=GREY, alpha=0.25)
             ax.set_xscale("log")
             ax.set_yscale("log")
+        else:
+            ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes, color=GREY)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("measured")
     axes[0].set_ylabel("predicted")
