@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", default=DEFAULT_TOPIC, help=f"topic to publish to (default {DEFAULT_TOPIC})")
     parser.add_argument("--partitions", type=int, default=4, metavar="N",
                         help="partitions when the topic has to be created (default 4)")
-    parser.add_argument("--format", "-f", default="auto", choices=FORMATS,
+    parser.add_argument("--trace-format", "--format", "-f", dest="format", default="auto", choices=FORMATS,
                         help="input format (default: auto-detected; see `shadowsim parse --help`)")
     parser.add_argument("--instance-id", default=None,
                         help="SGLang instance the input belongs to (default: from the input, else 'default')")
@@ -111,6 +111,11 @@ def _check(args: argparse.Namespace) -> None:
                         "--speed replays a recorded file; --follow ships lines as they are written")
     if args.partitions < 1:
         raise UserError("--partitions", f"must be >= 1, got {args.partitions}")
+    if args.speed is not None and not args.speed > 0:
+        raise UserError("--speed", f"must be > 0, got {args.speed}", "1 = the file's own timing, 10 = ten times faster")
+    from shadowsim.errors import require_text_file
+
+    require_text_file(path, "FILE", "an SGLang log, metrics page, request log, OTLP dump or trace")
 
 
 def _dead_letter_topic(args: argparse.Namespace) -> str | None:
