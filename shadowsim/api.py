@@ -197,16 +197,21 @@ def predict_namespace(ns: argparse.Namespace, *, replicas: int = 1, keep_steps: 
     """What :func:`predict` and ``shadowsim predict`` share: simulate ``ns`` ``replicas`` times."""
     from shadowsim.commands._workload_args import simulate_point
 
-    if not isinstance(replicas, int) or replicas < 1:
-        raise UserError("--replicas", f"must be >= 1, got {replicas}", "give the number of repeated runs")
+    from simcore.variability import replica_seeds
+
+    if not isinstance(replicas, int):
+        raise UserError("--replicas", f"must be an integer, got {replicas!r}", "give the number of repeated runs")
+    seeds = replica_seeds(ns.seed, replicas)
+    ns = argparse.Namespace(**{**vars(ns), "replicas": replicas})
     first = simulate_point(ns, progress=progress, keep_steps=keep_steps, warn=True)
     summaries = [first.summary]
-    for i in range(1, replicas):
-        again = argparse.Namespace(**{**vars(ns), "seed": ns.seed + i})
+    for seed in seeds[1:]:
+        again = argparse.Namespace(**{**vars(ns), "seed": seed})
         summaries.append(simulate_point(again, warn=False).summary)
     summary = dict(first.summary)
     if replicas > 1:
         summary["replicas"] = replicas
+        summary["replica_seeds"] = seeds
         summary["intervals_p5_p95"] = intervals(summaries)
     return Prediction(summary, first.records, first.steps, first.memory, first.warnings,
                       summaries if replicas > 1 else [], workload_text)
@@ -223,15 +228,15 @@ def flat_figures(summary: dict[str, Any]) -> dict[str, float | None]:
 
 
 def intervals(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """p5 and p95 of each figure over replica summaries (linear interpolation, numpy's default)."""
-    import numpy as np
+    """p5, p50 and p95 of each figure over replica summaries (``simcore.variability.percentile_interval``)."""
+    from simcore.variability import percentile_interval
 
     flats = [flat_figures(s) for s in summaries]
     out: dict[str, dict[str, float]] = {}
     for k in INTERVAL_KEYS:
-        vals = [f[k] for f in flats if f[k] is not None and not math.isnan(f[k])]
-        if vals:
-            out[k] = {"p5": float(np.percentile(vals, 5)), "p95": float(np.percentile(vals, 95))}
+        iv = percentile_interval([f[k] for f in flats if f[k] is not None])
+        if iv:
+            out[k] = iv
     return out
 
 

@@ -129,6 +129,10 @@ def add_point_arguments(p: argparse.ArgumentParser, lists: frozenset[str] = froz
     w.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
     w.add_argument("--replicas", type=int, default=1, metavar="N",
                    help="repeat the run with seeds seed..seed+N-1 and report p5-p95 intervals (default 1)")
+    w.add_argument("--variability", choices=("auto", "off", "measured"), default="auto",
+                   help="run-to-run randomness (docs/accuracy.md 3.7): measured = seeded step-time jitter (CV 5%% "
+                        "per step, 1%% per run) and client/network delays (1 ms round trip); auto = measured "
+                        "with --replicas > 1, else off (the deterministic simulator)")
     t = p.add_argument_group("timing extras")
     t.add_argument("--tokenize-ms", type=float, default=0.0, help="tokenizer delay before the scheduler (ms)")
     t.add_argument("--detokenize-ms", type=float, default=0.0, help="detokenizer/HTTP delay per token (ms)")
@@ -331,6 +335,7 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
     from simcore.memory import max_running_requests, size_kv_pool
     from simcore.models import load_model
     from simcore.perf import build_latency_model
+    from simcore.variability import ClientDelays, DelayedWorkload, client_records, with_variability
 
     check_slos(args)
     model = load_model(args.model)
@@ -344,6 +349,8 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
 
         profile = CalibrationProfile.load(args.profile)
     latency = build_latency_model(model, gpu, args.tp, precision, backend=args.latency_backend, profile=profile)
+    variability = variability_from_args(args)
+    latency = with_variability(latency, variability, args.seed)
     ctx = settings.context_length or model.context_length
     if args.max_total_tokens is not None:
         if args.max_total_tokens < 2:
@@ -368,6 +375,9 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         warnings.append(f"{len(too_long)} of {len(specs)} prompts are at least the {ctx}-token context length "
                         "(SGLang rejects them; here they run with one output token)")
     total = len(specs) or None
+    delays = ClientDelays.from_variability(variability, args.seed)
+    if delays is not None:
+        workload = DelayedWorkload(workload, delays)
     bar = Progress(total) if show_progress else None
     steps: list[Any] = []
     t0 = time.perf_counter()
@@ -378,6 +388,8 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
     res.wall_time_s = time.perf_counter() - t0
     if bar is not None:
         bar.close()
+    if delays is not None:  # latencies as the client timed them (TTFT and e2e include the round trip)
+        res.records = client_records(res.records, workload.offsets)
     summary = res.summary()
     offered = offered_rate_rps(args, trace_reqs)
     share = served_share(res.records) if offered is not None else None
@@ -395,6 +407,7 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         "max_total_num_tokens": capacity, "max_running_requests": max_running,
         "mem_fraction_static": mem_frac, "cuda_graph_max_bs": settings.cuda_graph_max_bs,
         "overlap_schedule": not settings.disable_overlap_schedule,
+        "variability": variability.to_dict(),
     }
     if res.unfinished:
         summary["unfinished"] = res.unfinished
@@ -406,6 +419,16 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
             tpot_slo_s=None if args.slo_tpot_ms is None else args.slo_tpot_ms / 1000.0).to_dict()
     summary["warnings"] = list(warnings)
     return PointResult(summary, res.records, steps, memory, warnings)
+
+
+def variability_from_args(args: argparse.Namespace) -> Any:
+    """The run-to-run randomness of ``--variability`` (auto: measured when replicated, else off)."""
+    from simcore.variability import Variability
+
+    choice = getattr(args, "variability", "auto")
+    if choice == "auto":
+        choice = "measured" if getattr(args, "replicas", 1) > 1 else "off"
+    return Variability.measured() if choice == "measured" else Variability.off()
 
 
 def offered_rate_rps(args: argparse.Namespace, trace_reqs: Sequence[RequestSpec] | None) -> float | None:

@@ -179,7 +179,8 @@ def _namespace(args: argparse.Namespace, point: dict[str, Any]) -> argparse.Name
         v = getattr(ns, dest)
         if isinstance(v, list):
             setattr(ns, dest, v[0])
-    ns._module = None  # modules do not pickle; workers need only the values
+    ns._module = None  # modules and parsers do not pickle; workers need only the values
+    ns._parser = None
     return ns
 
 
@@ -427,6 +428,8 @@ def _print(result: dict[str, Any], varying: list[str], keys: list[str], args: ar
         head = ["id"] + [short[a] for a in shown] + ["req/s", "tok/s", "tok/s/GPU", "TTFT p50", "p90", "p99",
                                                     "TPOT p50", "p90", "p99"]
         head += ["SLO ok%", "goodput"] if slo else []
+        ivs = any(r.get("intervals_p5_p95") for r in result["points"])
+        head += ["TTFT p90 p5-p95", "TPOT p90 p5-p95"] if ivs else []
         head += ["pareto"]
         body = []
         for r in result["points"]:
@@ -436,6 +439,10 @@ def _print(result: dict[str, Any], varying: list[str], keys: list[str], args: ar
             cells += [_fmt(r[f"{m}_{q}_ms"]) for m in ("ttft", "tpot") for q in ("p50", "p90", "p99")]
             if slo:
                 cells += [_fmt(100 * r["slo_both_ok"]), _fmt(r["goodput_rps"], ".2f")]
+            if ivs:
+                iv = r.get("intervals_p5_p95") or {}
+                cells += [f"{iv[k]['p5']:,.1f}-{iv[k]['p95']:,.1f}" if k in iv else "-"
+                          for k in ("ttft_p90_ms", "tpot_p90_ms")]
             cells += ["*" if r["pareto"] else ""]
             body.append(cells)
         _table(head, body)
@@ -444,8 +451,8 @@ def _print(result: dict[str, Any], varying: list[str], keys: list[str], args: ar
         among = (f", among points where >= {100 * obj['slo_attainment']:g} % of requests meet the SLO"
                  if obj.get("slo_attainment") else "")
         print(f"pareto (*){per}: max {obj['maximize'][0]}, min {', '.join(obj['minimize'])}{among}")
-        if any(r.get("intervals_p5_p95") for r in result["points"]):
-            print("p5-p95 intervals over replicas: see --json (intervals_p5_p95)")
+        if ivs:
+            print("p5-p95: over the replicas of each point (--replicas, seeds seed..seed+N-1)")
     for s in result["skipped"]:
         p = s["point"]
         where = " ".join(f"{short[a]}={p[a]}" for a in shown if a in p)
