@@ -443,21 +443,31 @@ def offered_rate_rps(args: argparse.Namespace, trace_reqs: Sequence[RequestSpec]
 
 
 def served_share(records: Sequence[Any]) -> float | None:
-    """Served / offered rate of an open-loop run, from its own records: arrivals span A seconds; a server that
-    keeps up finishes the last request about one median e2e after it arrives, so the run lasts about A + e2e_p50.
-    share = A / (makespan - e2e_p50), capped at 1; a short run's tail no longer reads as overload. None for
-    fewer than 20 requests."""
+    """Served / offered rate of an open-loop run, estimated from its own records two ways, the lower wins:
+
+    - makespan: arrivals span A seconds; a server that keeps up finishes about one median e2e after the last
+      arrival, so share = A / (makespan - e2e_p50) (a short run's tail does not read as overload);
+    - queue growth: in the fluid model of a server of rate mu offered lambda > mu, the request arriving at t waits
+      t (lambda/mu - 1); the mean TTFT of the last quarter of arrivals minus that of the first quarter is then
+      0.75 A (lambda/mu - 1), so share = 1 / (1 + growth / (0.75 A)).
+
+    None for fewer than 20 requests."""
     if len(records) < 20:
         return None
     import numpy as np
 
-    first = min(r.arrival_s for r in records)
-    arrivals = max(r.arrival_s for r in records) - first
-    makespan = max(r.finish_s for r in records) - first
-    busy = makespan - float(np.median([r.e2e_s for r in records]))
-    if arrivals <= 0 or busy <= 0:
+    recs = sorted(records, key=lambda r: r.arrival_s)
+    first = recs[0].arrival_s
+    arrivals = recs[-1].arrival_s - first
+    if arrivals <= 0:
         return None
-    return min(1.0, arrivals / max(busy, arrivals))
+    makespan = max(r.finish_s for r in recs) - first
+    busy = makespan - float(np.median([r.e2e_s for r in recs]))
+    by_makespan = min(1.0, arrivals / max(busy, arrivals))
+    q = len(recs) // 4
+    growth = float(np.mean([r.ttft_s for r in recs[-q:]]) - np.mean([r.ttft_s for r in recs[:q]]))
+    by_queue = 1.0 / (1.0 + max(0.0, growth) / (0.75 * arrivals))
+    return min(by_makespan, by_queue)
 
 
 def memory_breakdown(gpu_bytes: int, kv_tokens: int, mem_frac: float | None, sizing: Any) -> dict[str, Any]:
