@@ -395,17 +395,28 @@ class Validation:
 
 
 def validate(measurements: str | Path, *, profile: str | Path | None = None, latency_backend: str = "auto",
-             seed: int = 0, protocol: Any = None,
+             seed: int = 0, protocol: Any = None, replicas: int = 1, variability: str = "off",
              progress: Callable[[int, int, Any], None] | None = None) -> Validation:
     """Simulate every row of a measurement CSV (format in ``shadowsim validate --help``) and compare; the
-    simulation is ``simcore.perf.validation.validate``, the same code as the command."""
+    simulation is ``simcore.perf.validation.validate``, the same code as the command. ``replicas`` > 1 with
+    ``variability="measured"`` adds p5/p50/p95 intervals per row (``shadowsim validate --replicas``)."""
+    import dataclasses
+
     from shadowsim.commands.validate import read_rows
     from simcore.perf.profile import CalibrationProfile
+    from simcore.perf.validation import Protocol
     from simcore.perf.validation import validate as run_rows
+    from simcore.variability import Variability
 
+    if variability not in ("off", "measured"):
+        raise UserError("variability", f"unknown {variability!r}", "use off or measured")
     rows = read_rows(measurements)
     prof = CalibrationProfile.load(profile) if profile else None
-    out = run_rows(rows, profile=prof, backend=latency_backend, seed=seed, protocol=protocol, progress=progress)
+    proto = protocol or Protocol()
+    if variability == "measured":
+        proto = dataclasses.replace(proto, variability=Variability.measured())
+    out = run_rows(rows, profile=prof, backend=latency_backend, seed=seed, protocol=proto, progress=progress,
+                   replicas=replicas)
     return Validation(out["rows"], out["summary"], out["skipped"], str(measurements))
 
 

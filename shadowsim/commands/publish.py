@@ -175,10 +175,34 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_file(args: argparse.Namespace, producer, stop: threading.Event) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    from streams.publish import FilePublisher, Progress, terminal_progress  # noqa: PLC0415
+def _tqdm_progress():  # type: ignore[no-untyped-def]
+    """The publisher's progress drawn by tqdm on a terminal (records sent, with events and dead letters)."""
+    from tqdm import tqdm  # noqa: PLC0415
 
-    progress = Progress(None) if args.no_progress or args.json else terminal_progress()
+    from streams.publish import Progress  # noqa: PLC0415
+
+    class TqdmProgress(Progress):
+        def __init__(self) -> None:
+            super().__init__(sys.stderr)
+            self.bar = tqdm(unit="rec", desc="publishing", file=sys.stderr, leave=False, dynamic_ncols=True)
+
+        def update(self, stats, force: bool = False) -> None:  # type: ignore[no-untyped-def]
+            self.bar.update(stats.records - self.bar.n)
+            self.bar.set_postfix(events=stats.events, dead_letters=stats.dead_letters, skipped=stats.skipped,
+                                 refresh=False)
+
+        def done(self, stats) -> None:  # type: ignore[no-untyped-def]
+            self.update(stats)
+            self.bar.close()
+
+    return TqdmProgress()
+
+
+def _run_file(args: argparse.Namespace, producer, stop: threading.Event) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    from streams.publish import FilePublisher, Progress  # noqa: PLC0415
+
+    quiet = args.no_progress or args.json or not sys.stderr.isatty()
+    progress = Progress(None) if quiet else _tqdm_progress()
     pub = FilePublisher(producer, fmt=args.format, instance_id=args.instance_id, raw=args.raw, speed=args.speed,
                         progress=progress)
     if args.follow:

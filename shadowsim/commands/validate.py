@@ -171,12 +171,20 @@ def run(args: argparse.Namespace) -> int:
     rows = select_rows(args.measurements, read_rows(args.measurements), args.only)
     profile = CalibrationProfile.load(args.profile) if args.profile else None
 
-    def progress(i: int, n: int, row: Any) -> None:
-        if not args.quiet:
-            print(f"[{i + 1}/{n}] {row.id}", file=sys.stderr, flush=True)
+    from tqdm import tqdm
 
-    out = validate(rows, profile=profile, backend=args.latency_backend, seed=args.seed, protocol=protocol,
-                   progress=progress, replicas=args.replicas)
+    bar = tqdm(total=len(rows), unit="row", desc="validating", file=sys.stderr, leave=False,
+               disable=args.quiet or not sys.stderr.isatty())
+
+    def progress(i: int, n: int, row: Any) -> None:
+        bar.update(i - bar.n)
+        bar.set_postfix_str(str(row.id)[-40:], refresh=False)
+
+    try:
+        out = validate(rows, profile=profile, backend=args.latency_backend, seed=args.seed, protocol=protocol,
+                       progress=progress, replicas=args.replicas)
+    finally:
+        bar.close()
     out.pop("_results", None)
     if getattr(args, "report", None):
         from shadowsim.api import Validation
