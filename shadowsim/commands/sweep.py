@@ -200,8 +200,8 @@ def _metrics(summary: dict[str, Any]) -> dict[str, Any]:
             row[f"{m}_{q}_ms"] = summary[f"{m}_ms"][q]
     row.update(cache_hit_rate=summary["cache_hit_rate"], kv_peak_usage=summary["kv_peak_usage"],
                num_retractions=summary["num_retractions"], kv_pool_tokens=srv["max_total_num_tokens"],
-               resolved_chunked_prefill_size=srv["chunked_prefill_size"],
-               resolved_max_running_requests=srv["max_running_requests"], precision_used=srv["precision"],
+               resolved_chunked_prefill_size_tokens=srv["chunked_prefill_size"],
+               resolved_max_running_requests_num=srv["max_running_requests"], precision_used=srv["precision"],
                latency_model=srv["latency_model"])
     slo = summary.get("slo")
     if slo is not None:
