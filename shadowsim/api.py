@@ -141,6 +141,13 @@ class Prediction:
     def to_dict(self) -> dict[str, Any]:
         return {**self.summary, "memory": self.memory}
 
+    def with_model_error(self, validation: "Validation") -> "Prediction":
+        """Attach the model's own measured uncertainty: each TTFT, TPOT and throughput figure times
+        (1 +- the P90 absolute percentage error that ``validation`` measured for that metric), as
+        ``summary["model_error_band"] = {figure: {"low", "high", "p90_ape_pct", "rows"}}``."""
+        self.summary["model_error_band"] = model_error_band(self.summary, validation.summary)
+        return self
+
     @classmethod
     def from_dict(cls, summary: dict[str, Any]) -> "Prediction":
         """From a ``shadowsim predict --json`` object (no per-request records: plots use its percentiles)."""
@@ -215,6 +222,20 @@ def predict_namespace(ns: argparse.Namespace, *, replicas: int = 1, keep_steps: 
         summary["intervals_p5_p95"] = intervals(summaries)
     return Prediction(summary, first.records, first.steps, first.memory, first.warnings,
                       summaries if replicas > 1 else [], workload_text)
+
+
+def model_error_band(summary: dict[str, Any], errors: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Figures of ``summary`` widened by the P90 absolute error of the same metric in a validation summary."""
+    out: dict[str, dict[str, Any]] = {}
+    for fig, value in flat_figures(summary).items():
+        metric = "throughput" if fig.startswith(("throughput", "output_tokens")) else fig.split("_")[0]
+        err = errors.get(metric) or {}
+        if value is None or err.get("p90_ape") is None:
+            continue
+        band = err["p90_ape"] / 100.0
+        out[fig] = {"low": value * (1 - band), "high": value * (1 + band), "p90_ape_pct": err["p90_ape"],
+                    "rows": err.get("n")}
+    return out
 
 
 def flat_figures(summary: dict[str, Any]) -> dict[str, float | None]:

@@ -324,8 +324,11 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
     specs = trace_reqs if trace_reqs is not None else list(getattr(workload, "templates", []) or [])
     too_long = [r for r in specs if r.input_len >= ctx]
     if too_long and trace_reqs is None:
-        raise UserError("--input-len", f"prompts of up to {max(r.input_len for r in too_long)} tokens do not fit "
-                        f"the {ctx}-token context length", "lower --input-len or raise --context-length")
+        mixed = bool(getattr(args, "scenario", None) or getattr(args, "mix_classes", ()))
+        raise UserError("--scenario" if mixed else "--input-len",
+                        f"prompts of up to {max(r.input_len for r in too_long)} tokens do not fit the {ctx}-token "
+                        "context length", "choose a mix whose prompts fit, or raise --context-length" if mixed
+                        else "lower --input-len or raise --context-length")
     if too_long:
         warnings.append(f"{len(too_long)} of {len(specs)} prompts are at least the {ctx}-token context length "
                         "(SGLang rejects them; here they run with one output token)")

@@ -54,6 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--out", default=None, metavar="FILE", help="per-request records: FILE.jsonl or FILE.csv")
     o.add_argument("--json", action="store_true", help="print the summary as JSON (on stdout)")
+    o.add_argument("--model-error", default=None, metavar="VALIDATION.json",
+                   help="attach the model's measured error: a saved `shadowsim validate --json`; every TTFT/TPOT/"
+                        "throughput figure gets a band of +- the P90 absolute error validate measured for it")
     o.add_argument("--report", default=None, metavar="FILE.html",
                    help="also write a self-contained HTML report with plots (needs shadowsim[report])")
     o.add_argument("--quiet", "-q", action="store_true", help="no progress bar or warnings")
@@ -63,6 +66,15 @@ def run(args: argparse.Namespace) -> int:
     from shadowsim.api import predict_namespace
 
     check_outputs(args)
+    validation = None
+    if args.model_error:
+        from shadowsim.api import Validation
+        from shadowsim.commands.report import load_result
+
+        validation = load_result(args.model_error)
+        if not isinstance(validation, Validation):
+            raise UserError("--model-error", f"{args.model_error} is not a `shadowsim validate --json` result",
+                            "save one with shadowsim validate FILE.csv --json > v.json")
     bar = None
     if sys.stderr.isatty() and not args.quiet:
         from shadowsim.commands._workload_args import Progress
@@ -73,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+    if validation is not None:
+        pred.with_model_error(validation)
     if not args.quiet:
         for w in pred.warnings:
             print(f"shadowsim: warning: {w}", file=sys.stderr)
@@ -149,4 +163,11 @@ def _print_table(s: dict[str, Any]) -> None:
         for k in ("throughput_rps", "ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms", "tpot_p90_ms", "e2e_p90_ms"):
             if k in iv:
                 print(f"  {k:<16}{iv[k]['p5']:>12,.3f} .. {iv[k]['p95']:,.3f}")
+    band = s.get("model_error_band")
+    if band:
+        print("model error band (+- P90 absolute error measured by validate):")
+        for k in ("throughput_rps", "ttft_p90_ms", "tpot_p90_ms"):
+            if k in band:
+                print(f"  {k:<16}{band[k]['low']:>12,.3f} .. {band[k]['high']:,.3f}   (+- {band[k]['p90_ape_pct']:.1f} %,"
+                      f" {band[k]['rows']} rows)")
     print(f"simulated {s['sim_time_s']:,.1f} s in {s['wall_time_s']:.2f} s wall ({s['steps']:,} steps)")

@@ -23,7 +23,7 @@ def test_the_doc_has_examples_for_every_function() -> None:
     code = "\n".join(_blocks())
     for name in ("shadowsim.predict(", "shadowsim.sweep(", "shadowsim.validate(", "shadowsim.report(",
                  "shadowsim.scenario(", "shadowsim.closed_loop(", "shadowsim.open_loop(", "shadowsim.from_trace(",
-                 ".pareto()", ".best(", ".max_rate_under_slo(", "replicas=", "to_dataframe()"):
+                 ".pareto()", ".best(", ".max_rate_under_slo(", "replicas=", "to_dataframe()", "with_model_error("):
         assert name in code, name
 
 

@@ -53,6 +53,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("predict-model-binary", ["predict", "--model", "{binary}", "--gpu", "h100", "--concurrency", "1"], "model"),
     ("predict-out-ext", [*PRED, "--out", "x.txt"], "--out"),
     ("predict-report-ext", [*PRED, "--report", "x.pdf"], "--report"),
+    ("predict-model-error-list", [*PRED, "--model-error", "{json_list}"], "RESULT"),
+    ("predict-model-error-missing", [*PRED, "--model-error", "{missing}"], "RESULT"),
     # predict: unknown names
     ("predict-model", ["predict", "--model", "no/such-model", "--gpu", "h100", "--concurrency", "1"], "model"),
     ("predict-gpu", ["predict", "--model", "Qwen/Qwen3-8B", "--gpu", "tpu9", "--concurrency", "1"], "gpu"),

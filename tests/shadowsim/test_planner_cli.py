@@ -132,3 +132,22 @@ def test_calibrate_json_is_one_document_on_stdout(capsys: pytest.CaptureFixture[
     doc = json.loads(out)
     assert doc["profile"]["cpu_base_s"] == 0.002 and doc["profile_path"] is None
     assert doc["report"]["profile_hash"] == doc["profile"]["profile_hash"]
+
+
+def test_model_error_band_from_a_saved_validation(tmp_path: Path, shared_dir: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    rows = (shared_dir / "data/validation/sglang_qwen3_32b_h100.csv").read_text().splitlines()
+    csv = tmp_path / "m.csv"
+    csv.write_text("\n".join(rows[:3]) + "\n")
+    v, _ = _json(capsys, "validate", str(csv), "-q")
+    (tmp_path / "v.json").write_text(json.dumps(v))
+    s, _ = _json(capsys, "predict", "--model", "Qwen/Qwen3-32B", "--gpu", "h100_sxm", "--tp", "2",
+                 "--concurrency", "4", "--num-requests", "16", "--model-error", str(tmp_path / "v.json"))
+    band = s["model_error_band"]
+    tpot_err = v["summary"]["tpot"]["p90_ape"] / 100
+    assert band["tpot_p90_ms"]["low"] == pytest.approx(s["tpot_ms"]["p90"] * (1 - tpot_err))
+    assert band["tpot_p90_ms"]["high"] == pytest.approx(s["tpot_ms"]["p90"] * (1 + tpot_err))
+    assert band["ttft_p50_ms"]["p90_ape_pct"] == v["summary"]["ttft"]["p90_ape"]
+    assert main(["predict", "--model", "Qwen/Qwen3-32B", "--gpu", "h100_sxm", "--concurrency", "1",
+                 "--model-error", str(csv)]) == 2
+    assert "RESULT.json" in capsys.readouterr().err
