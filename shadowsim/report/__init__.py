@@ -161,6 +161,14 @@ def _sweep_cover(s: Any) -> list[tuple[str, str]]:
     models = sorted({str(p["model"]) for p in s.points}) or ["-"]
     gpus = sorted({f"{p['gpu']}" for p in s.points}) or ["-"]
     slo = {"ttft_slo_ms": s.slo.get("ttft_ms"), "tpot_slo_ms": s.slo.get("tpot_ms")}
+    searched = s.raw.get("max_rate_under_slo")
+    if searched:
+        models = sorted({str(f["point"]["model"]) for f in searched})
+        gpus = sorted({str(f["point"]["gpu"]) for f in searched})
+        slo = {"ttft_slo_ms": (s.raw.get("slo") or {}).get("ttft_p90_ms"),
+               "tpot_slo_ms": (s.raw.get("slo") or {}).get("tpot_p90_ms")}
+        return [("model", ", ".join(models)), ("GPU", ", ".join(gpus)),
+                ("search", f"max request rate of {len(searched)} configurations"), ("SLO (p90)", _slo_text(slo))]
     rows = [("model", ", ".join(models)), ("GPU", ", ".join(gpus)),
             ("sweep", f"{len(s.points)} points simulated, {len(s.skipped)} skipped"), ("SLO", _slo_text(slo))]
     if s.slo.get("ttft_ms") or s.slo.get("tpot_ms"):
@@ -173,6 +181,12 @@ def _sweep_cover(s: Any) -> list[tuple[str, str]]:
 def _sweep_section(s: Any, key: str) -> str:
     from shadowsim.commands.sweep import CONFIG_AXES
 
+    searched = s.raw.get("max_rate_under_slo")
+    if searched is not None:
+        return _rate_search_section(s, searched, key)
+    if not s.points:
+        return "<h2>Sweep</h2><p class='warn'>No point could be simulated: " + "; ".join(
+            html.escape(f"{k['point']['id']}: {k['reason']}") for k in s.skipped) + "</p>"
     varying = [a for a in CONFIG_AXES if len({str(p[a]) for p in s.points}) > 1] or ["gpu", "tp"]
     out = ["<h2>Sweep</h2>"]
     front = {p["id"] for p in s.pareto()}
@@ -204,6 +218,27 @@ def _sweep_section(s: Any, key: str) -> str:
     if mem:
         out.append(_figure(f"{key}-memory", figures.memory_breakdown(mem),
                            "GPU memory per rank for each configuration."))
+    return "\n".join(out)
+
+
+def _rate_search_section(s: Any, found: list[dict[str, Any]], key: str) -> str:
+    from shadowsim.commands.sweep import CONFIG_AXES
+
+    pts = [f["point"] for f in found]
+    varying = [a for a in CONFIG_AXES if len({str(p[a]) for p in pts}) > 1] or ["gpu", "tp"]
+    lo, hi = s.raw.get("bracket_rps", [None, None])
+    out = [f"<h2>Max request rate under the SLO (searched {lo:g}-{hi:g} req/s)</h2>"]
+    rows = [[_config_label(f["point"], varying), _fmt(f["max_rate_rps"], ".3f"),
+             _fmt(f["max_rate_rps_per_gpu"], ".3f"), _fmt(f["first_miss_rps"], ".3f"),
+             str(len(f["evaluations_rps"]))] for f in found]
+    out.append(_table(["configuration", "max req/s", "req/s per GPU", "first miss", "simulations"], rows, left=1))
+    if found:
+        out.append(_figure(f"{key}-max-rate", figures.max_rate_bars(
+            [(_config_label(f["point"], varying), f["max_rate_rps"], f["first_miss_rps"]) for f in found]),
+            "Largest open-loop rate whose p90 TTFT and p90 TPOT meet the SLO (bar), first rate that misses (tick)."))
+    if s.skipped:
+        out.append("<p>Skipped: " + "; ".join(html.escape(f"{k['point']['id']}: {k['reason']}")
+                                              for k in s.skipped) + "</p>")
     return "\n".join(out)
 
 

@@ -145,7 +145,8 @@ def throughput_latency(points: Sequence[dict[str, Any]], label: dict[int, str], 
         ax.set_xlabel("output tokens/s per GPU")
         ax.set_ylabel(key)
         ax.set_yscale("log")
-    axes[1].legend(fontsize=7, loc="best")
+    if axes[1].get_legend_handles_labels()[0]:
+        axes[1].legend(fontsize=7, loc="best")
     return _svg(fig)
 
 
@@ -202,6 +203,19 @@ def slo_heatmap(points: Sequence[dict[str, Any]], label: dict[int, str], load_ax
     ax.set_xlabel(load_axis or "load")
     ax.grid(False)
     fig.colorbar(im, ax=ax, label="requests meeting the SLO (%)")
+    return _svg(fig)
+
+
+def max_rate_bars(items: Sequence[tuple[str, float | None, float | None]]) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 0.8 + 0.45 * len(items)))
+    for row, (label, rate, miss) in enumerate(items):
+        ax.barh(row, rate or 0.0, color="#4e9a06")
+        if miss is not None:
+            ax.plot([miss, miss], [row - 0.35, row + 0.35], color="#cc0000", lw=2)
+        ax.text((rate or 0.0), row, f" {rate:.2f}" if rate is not None else " none", va="center", fontsize=7)
+    ax.set_yticks(range(len(items)), [label for label, _, _ in items])
+    ax.set_xlabel("request rate (req/s)")
     return _svg(fig)
 
 

@@ -96,3 +96,17 @@ def test_validate_and_predict_reports_and_report_from_json(tmp_path: Path, share
     assert json.loads(capsys.readouterr().out)["sections"] == 2
     _check_figures(both, tmp_path, {"latency-cdf", "memory", "scatter", "error-histogram"})
     assert "<title>sign-off</title>" in both.read_text()
+
+
+def test_rate_search_and_all_skipped_sweeps_still_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    knee = tmp_path / "knee.html"
+    assert main(["sweep", *MODEL, "--gpu", "h100_sxm", "--slo-ttft-ms", "300", "--max-rate-under-slo",
+                 "--request-rate", "1,32", "--rate-tolerance", "0.3", "--num-requests", "30", "-j", "1", "-q",
+                 "--report", str(knee)]) == 0
+    capsys.readouterr()
+    _check_figures(knee, tmp_path, {"max-rate"})
+    none = tmp_path / "none.html"  # 70B in bf16 does not fit one H100: the report says so instead of failing
+    assert main(["sweep", "--model", "meta-llama/Llama-3.1-70B-Instruct", "--gpu", "h100_sxm", "--request-rate",
+                 "1", "--num-requests", "4", "-j", "1", "-q", "--report", str(none)]) == 1
+    capsys.readouterr()
+    assert "No point could be simulated" in none.read_text() and "does not fit" in none.read_text()
