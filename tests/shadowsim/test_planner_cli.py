@@ -79,7 +79,7 @@ def test_catalogue_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(ids) >= 40 and len(set(ids)) == len(ids)
     for want in ("meta-llama/Llama-3.3-70B-Instruct", "meta-llama/Meta-Llama-3.1-405B", "Qwen/Qwen3-0.6B",
                  "Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-235B-A22B",
-                 "Qwen/Qwen3-Coder-480B-A35B-Instruct", "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1",
+                 "Qwen/Qwen3-Coder-480B-A35B-Instruct", "Qwen/Qwen3-Coder-30B-A3B-Instruct", "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1",
                  "mistralai/Mixtral-8x7B-v0.1", "mistralai/Mistral-7B-Instruct-v0.3"):
         assert want in ids, want
     l70 = next(m for m in models if m["id"] == "meta-llama/Llama-3.3-70B-Instruct")
