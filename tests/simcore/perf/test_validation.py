@@ -127,7 +127,7 @@ def test_cli_json_and_rows_csv(tmp_path, capsys) -> None:
     assert main(["validate", str(m), "--json", "-q", "--out", str(out_csv)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"rows", "summary", "skipped"}
-    assert set(doc["summary"]) == {"ttft", "tpot", "throughput"}
+    assert set(doc["summary"]) == {"ttft", "tpot", "throughput", "e2e"}
     assert set(doc["summary"]["ttft"]) == {"mape", "median_ape", "p90_ape", "n"}
     assert doc["skipped"][0]["id"] == "bad" and "unknown model" in doc["skipped"][0]["reason"]
     with open(out_csv) as fh:
@@ -150,3 +150,123 @@ def test_cli_missing_file_is_a_one_line_error(capsys) -> None:
     assert main(["validate", "/nonexistent.csv"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("shadowsim: error: MEASUREMENTS") and err.count("\n") == 1
+
+
+HEADER_ARGS = HEADER.rstrip("\n") + ",server_args\n"
+
+
+def write_args(tmp_path, *lines: str):
+    p = tmp_path / "a.csv"
+    p.write_text(HEADER_ARGS + "".join(line + "\n" for line in lines))
+    return p
+
+
+def test_server_args_column_is_parsed_and_labelled(tmp_path) -> None:
+    rows = read_rows(write_args(tmp_path, 'a,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,16,4,,8,0.5.9,,,,'
+                                          '"--enable-mixed-chunk  --max-prefill-tokens 2012"',
+                                "b,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,16,4,,8,0.5.9,,,,"))
+    a, b = rows
+    assert a.server_settings == {"enable_mixed_chunk": True, "max_prefill_tokens": 2012}
+    assert a.server_args == "--enable-mixed-chunk --max-prefill-tokens 2012"
+    assert (b.server_args, b.server_settings) == (None, {})
+    ra, rb = simulate_row(a), simulate_row(b)
+    assert ra.extra["deployment"] == "as deployed: --enable-mixed-chunk --max-prefill-tokens 2012"
+    assert rb.extra["deployment"] == "SGLang defaults (no server_args)"
+    ignored = simulate_row(a, protocol=Protocol(deployment="defaults"))
+    assert ignored.extra["deployment"] == "SGLang defaults (server_args ignored)"
+    assert ignored.predicted == rb.predicted  # same row, same defaults, same numbers
+    # --server-args fills rows without the column only
+    both = simulate_row(b, protocol=Protocol(server_args="--enable-mixed-chunk --max-prefill-tokens {isl+1500}"))
+    assert both.predicted == ra.predicted and both.extra["server_args_source"] == "--server-args"
+    # flags: the same flags replace the column; the row's lengths fill the template (512 + 1500 = 2012)
+    over = simulate_row(a, protocol=Protocol(deployment="flags", server_args="--max-prefill-tokens {isl+1500}"))
+    assert over.extra["deployment"] == "as deployed: --max-prefill-tokens 2012"
+    with pytest.raises(UserError, match="--server-args"):
+        Protocol(server_args="--max-prefill-tokens {prompt}")
+
+
+def test_a_bad_flag_is_a_one_line_error_naming_row_and_flag(tmp_path, capsys) -> None:
+    m = write_args(tmp_path, "ok,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,16,4,,8,0.5.9,,,,--enable-mixed-chunk",
+                   "bad7,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,16,4,,8,0.5.9,,,,--enable-mixed-chunk --fast-mode")
+    with pytest.raises(UserError, match=r"server_args: row bad7: unknown flag '--fast-mode'"):
+        read_rows(m)
+    assert main(["validate", str(m), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("shadowsim: error: server_args: row bad7: unknown flag '--fast-mode'")
+    assert err.count("\n") == 1
+
+
+def test_row_result_reports_e2e_percentiles_and_lockstep(tmp_path) -> None:
+    row = read_rows(write(tmp_path, "r,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,32,4,,8,0.5.9,100,10,"))[0]
+    r = simulate_row(row)
+    e = r.extra
+    assert e["predicted_ttft_p10_ms"] <= e["predicted_ttft_p50_ms"] <= e["predicted_ttft_p90_ms"]
+    # a request's e2e is its TTFT plus 31 gaps of its TPOT; means of sums are sums of means
+    assert r.predicted["e2e"] == pytest.approx(r.predicted["ttft"] + 31 * r.predicted["tpot"], rel=1e-9)
+    assert r.to_dict()["measured_e2e_ms"] == pytest.approx(100 + 10 * 31)  # derived for fixed lengths
+    assert e["predicted_output_tokens_per_s"] == pytest.approx(r.predicted["throughput"] * 32, rel=1e-9)
+    # 4 identical clients after aiperf's barrier: every round one wave of 4 → lockstep 1.0, warned
+    assert e["lockstep_index"] == pytest.approx(1.0) and "lockstep" in e["warnings"][0]
+
+
+def test_replicas_are_seeded_and_give_intervals(tmp_path) -> None:
+    from simcore.variability import Variability
+
+    rows = read_rows(write(tmp_path, "r,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,16,4,,8,0.5.9,100,10,"))
+    p = Protocol(variability=Variability.measured())
+    one = validate(rows, protocol=p, seed=3, replicas=3)
+    two = validate(rows, protocol=p, seed=3, replicas=3)
+    assert one["rows"] == two["rows"] and one["intervals"] == two["intervals"] and one["seeds"] == [3, 4, 5]
+    iv = one["rows"][0]["intervals"]["predicted_ttft_ms"]
+    assert iv["p5"] < iv["p95"]  # jitter moves the figure between seeds
+    assert one["intervals"]["ttft"]["mape"]["p5"] <= one["intervals"]["ttft"]["mape"]["p95"]
+    # replica 0 is the plain run of the first seed
+    assert validate(rows, protocol=p, seed=3)["rows"][0]["predicted_ttft_ms"] == one["rows"][0]["predicted_ttft_ms"]
+    # off: every replica is the same deterministic run
+    flat = validate(rows, seed=3, replicas=2)["rows"][0]["intervals"]["predicted_tpot_ms"]
+    assert flat["p5"] == flat["p95"]
+
+
+def test_only_selects_rows(tmp_path, capsys) -> None:
+    m = write(tmp_path, "a,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,256,16,2,,4,0.5.9,50,8,",
+              "b,Qwen/Qwen3-32B,h100_sxm,bf16,4,1,1,256,16,2,,4,0.5.9,50,8,")
+    assert main(["validate", str(m), "--json", "-q", "--only", "tp=8.0"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["a"]
+    assert main(["validate", str(m), "-q", "--only", "color=red"]) == 2
+    assert "--only: no column 'color'" in capsys.readouterr().err
+
+
+def test_generator_rule_by_version(tmp_path) -> None:
+    from simcore.perf.validation import generator_server_args
+
+    # aiconfigurator's rule_plugin/sglang.rule: max_prefill_tokens = isl + 1500 (2025-12-04), mixed chunk
+    # (2026-01-19); versions released before (0.5.1.post1) ran SGLang's defaults
+    assert generator_server_args(1024, "0.5.1.post1") is None
+    assert generator_server_args(1024, "0.5.6") == "--max-prefill-tokens 2524"
+    assert generator_server_args(8192, "0.5.8.post1") == "--enable-mixed-chunk --max-prefill-tokens 9692"
+    row = read_rows(write(tmp_path, "g,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,16,4,,8,0.5.9,,,"))[0]
+    r = simulate_row(row, protocol=Protocol(server_args="aiconfigurator"))
+    assert r.extra["deployment"] == "as deployed: --enable-mixed-chunk --max-prefill-tokens 2012"
+
+
+def test_bench_serving_rows_use_the_versions_length_rules(tmp_path) -> None:
+    # client bench_serving, rate 8/s, 40 prompts, lengths uniform in [int(I·r), I] with r = 0.5: inputs 256–512,
+    # outputs 16–32 tokens; no chat template (the random dataset sends text to /generate)
+    head = HEADER.rstrip("\n") + ",client,random_range_ratio,seed\n"
+    p = tmp_path / "b.csv"
+    p.write_text(head + "o,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,32,,8,40,0.5.9,,,,bench_serving,0.5,7\n")
+    row = read_rows(p)[0]
+    assert (row.client, row.random_range_ratio, row.seed) == ("bench_serving", 0.5, 7)
+    from simcore.perf.validation import _workload
+
+    wl, warmup, client = _workload(row, Protocol(), 0)
+    assert (warmup, client, len(wl.input_lens)) == (0, "bench_serving", 40)
+    assert 256 <= min(wl.input_lens) and max(wl.input_lens) <= 512
+    assert 16 <= min(wl.output_lens) and max(wl.output_lens) <= 32
+    r = simulate_row(row)
+    assert r.extra["client"] == "bench_serving" and r.requests == 40 and r.extra["lockstep_index"] is None
+    out = simulate_row(row, protocol=Protocol(client="poisson"))
+    assert out.extra["client"] == "poisson" and out.predicted != r.predicted
+    p.write_text(head + "o,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,32,,8,40,0.5.9,,,,vllm,,\n")
+    with pytest.raises(UserError, match="row o: unknown client 'vllm'"):
+        read_rows(p)
