@@ -46,12 +46,8 @@ _COUNTER_DOC = {
 _GAUGES = (("queue", "queue_requests", "waiting requests"),
            ("running", "running_requests", "running requests"),
            ("kv_usage", "kv_usage_ratio", "KV pool in use / capacity"))
-_SERVICE_COUNTER_DOC = {
-    "twin_rebuilds": "twins rebuilt (last checkpoint + journal) after a record failed to apply",
-    "twin_resets": "twins restarted empty because their rebuild failed too",
-    "snapshot_fallbacks": "partitions resumed from an older snapshot than the newest (or none) because it was unusable",
-    "offset_resets": "partitions whose snapshot offset was outside the partition at assignment",
-}
+#: ``kind`` values of shadowsim_recoveries_total (ShadowService.counters)
+_RECOVERY_KINDS = ("twin_rebuilds", "twin_resets", "snapshot_fallbacks", "offset_resets")
 
 
 class ShadowCollector(Collector):
@@ -95,10 +91,14 @@ class ShadowCollector(Collector):
                                    labels=["reason"])
         expired = CounterMetricFamily(P + "requests_expired", "requests forgotten unjoined (finish never came)",
                                       labels=[INSTANCE_LABEL])
-        service = [CounterMetricFamily(P + "records_skipped", "records with nothing of SGLang's in them",
-                                       value=float(view.records_skipped))]
-        for name, doc in _SERVICE_COUNTER_DOC.items():
-            service.append(CounterMetricFamily(P + name, doc, value=float(view.service_counters.get(name, 0))))
+        skipped = CounterMetricFamily(P + "records_skipped", "records with nothing of SGLang's in them",
+                                      labels=["reason"])
+        skipped.add_metric(["not_sglang"], float(view.records_skipped))
+        recoveries = CounterMetricFamily(P + "recoveries", "what the service repaired: twins rebuilt or reset, "
+                                         "snapshot fallbacks, offset resets", labels=["kind"])
+        for kind in _RECOVERY_KINDS:
+            recoveries.add_metric([kind], float(view.service_counters.get(kind, 0)))
+        service = [skipped, recoveries]
         for v in view.instances:
             lv = [v.instance, v.model]
             build.add_metric([v.version, v.model, v.instance, v.latency_model, v.calibration_hash,
