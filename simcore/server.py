@@ -295,8 +295,8 @@ class Server(ResultProcessor):
         (nothing done) when fewer than ``MIN_DECODE_RUN`` qualify.
 
         An iteration qualifies when nothing can change the batch: no chunked request, zombie or fresh joiner,
-        the prefill pass is skipped (``batch_is_full`` latched or nobody waits), no finisher in the steps (the
-        finish heap's top), every step's KV fits the free pool without eviction or retraction, the batch
+        the prefill pass is skipped (``batch_is_full`` latched or nobody waits), no finisher before the run's last
+        launch (the finish heap's top), every step's KV fits the free pool without eviction or retraction, the batch
         applied in the run carries no finish or first token, and the next iteration starts before the next
         arrival or SimPy event (so neither ingest nor a yield is skipped). The state afterwards is exactly
         the step-by-step loop's after the same iterations."""
@@ -315,8 +315,8 @@ class Server(ResultProcessor):
         g0 = self.clk[0]
         heap = self.fin_heap
         limit = min(self.MAX_DECODE_RUN, self.kv.free // rows)
-        if heap:
-            limit = min(limit, heap[0][0] - g0 - 1)
+        if heap:  # the run may end with the launch that computes the next finisher's last token
+            limit = min(limit, heap[0][0] - g0)
         if limit < self.MIN_DECODE_RUN:
             return False
         pend = self.pending
@@ -425,6 +425,7 @@ class Server(ResultProcessor):
             self.kv_peak_used = used
         last_b = self._run_batch(bid0 + n, rows, sum_kv0 + (n - 1) * rows, graph_bs, g0 + n, ends[n - 1])
         self.gpu_free = last_b.gpu_end
+        self._pop_finishers(last_b)  # as _launch_decode_rows after its launch (the run's last one)
         if overlap:
             due = self._run_batch(bid0 + n - 1, rows, sum_kv0 + (n - 2) * rows, graph_bs, g0 + n - 1, ends[n - 2])
             due.emit_s = ends[n - 2] + cpu[n - 1]
@@ -675,8 +676,13 @@ class Server(ResultProcessor):
         self.sum_kv += nR
         self.res.before_decode(self.clk[0], self.reqs)
         self.clk[0] += 1
+        b.g_after = self.clk[0]
+        self._pop_finishers(b)
+        return nrows, sum_kv
+
+    def _pop_finishers(self, b: Batch) -> None:
+        """Requests whose last token decode batch ``b`` (just launched, ``clk`` already advanced) computes."""
         G = self.clk[0]
-        b.g_after = G
         heap = self.fin_heap
         while heap and heap[0][0] <= G:
             _, _, rid, ver = heapq.heappop(heap)
@@ -686,7 +692,6 @@ class Server(ResultProcessor):
             self._leave_r(r)
             r.last_bid = b.bid
             self._to_finishing(r, b)
-        return nrows, sum_kv
 
     def _decode(self, t: float, zombies: list[Req]) -> Batch | None:
         """``update_running_batch`` (§2.7): memory check, retraction, ratio update, one token per request."""
