@@ -60,6 +60,19 @@ class DecodeStepTimes:
             v = self._knots[key] = self.price(rows, graph_bs, x)
         return v
 
+    def one(self, rows: int, graph_bs: int | None, sum_kv: int) -> tuple[float, float]:
+        """(gpu_s, cpu_s) of one decode step, interpolated between the knots around ``sum_kv`` like a run's."""
+        q = self.spacing(sum_kv)
+        if q <= rows:
+            return self.price(rows, graph_bs, sum_kv)
+        x0 = sum_kv // q * q
+        g0, c0 = self._knot(rows, graph_bs, x0)
+        if x0 == sum_kv:
+            return g0, c0
+        g1, c1 = self._knot(rows, graph_bs, x0 + q)
+        w = (sum_kv - x0) / q
+        return g0 + (g1 - g0) * w, c0 + (c1 - c0) * w
+
     def times(self, rows: int, graph_bs: int | None, sum_kv0: int, steps: int) -> tuple[list[float], list[float]]:
         """(gpu_s, cpu_s) lists for ``steps`` decode steps of ``rows`` rows, step j at Σkv = sum_kv0 + j·rows."""
         q = self.spacing(sum_kv0)

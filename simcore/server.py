@@ -227,12 +227,16 @@ class Server(ResultProcessor):
             if self.decode_runs and self._decode_run(t):
                 batch = None  # a run of decode iterations was done; self.t is the iteration after it
             elif (batch := self._schedule(t)) is not None:
-                st = self.latency.step_time(batch.shape)
-                cpu = st.cpu_s
+                if self.decode_runs and batch.kind == "decode":  # priced like a run's steps (same knots)
+                    sh = batch.shape
+                    gpu, cpu = self.run_times.one(sh.num_decode, sh.cuda_graph_bs, sh.decode_sum_kv)
+                else:
+                    st = self.latency.step_time(batch.shape)
+                    gpu, cpu = st.gpu_s, st.cpu_s
                 self.steps += 1
                 if self.overlap:
                     launch = max(t + cpu, self.gpu_free)
-                    batch.gpu_end = self.gpu_free = launch + st.gpu_s
+                    batch.gpu_end = self.gpu_free = launch + gpu
                     prev = self.inflight
                     self.inflight = batch
                     if prev is not None:
@@ -244,7 +248,7 @@ class Server(ResultProcessor):
                     self.due = prev
                 else:
                     launch = t + cpu
-                    batch.gpu_end = self.gpu_free = launch + st.gpu_s
+                    batch.gpu_end = self.gpu_free = launch + gpu
                     nxt = batch.emit_s = batch.gpu_end
                     self.due = batch
                 used = self.kv.used
