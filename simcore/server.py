@@ -35,7 +35,7 @@ import numpy as np
 import simpy
 
 from simcore import server_snapshot as _snap
-from simcore.decode_run import DEFAULT_MAX_REL_SPACING, DecodeStepTimes
+from simcore.decode_run import DEFAULT_MAX_REL_SPACING, DecodeStepTimes, decode_gaps, plan_run
 from simcore.kv_cache import KVCache
 from simcore.memory import max_running_requests as _derive_max_running
 from simcore.perf.base import BatchShape, LatencyModel, has_pure_step_time
@@ -331,50 +331,9 @@ class Server(ResultProcessor):
             return False
         graph_bs = self._pad(rows)
         sum_kv0 = self.sum_kv
-        priced = min(limit, 16)  # step times are priced in growing blocks, as far as the run gets
-        gpu, cpu = self.run_times.times(rows, graph_bs, sum_kv0, priced)
-        # launch and GPU-end times, the loop's own float recurrences. Overlap: launch_j = max(t_j + cpu_j,
-        # end_{j-1}) and the next iteration starts there too, so launch_j = launch_{j-1} + max(cpu_j, gpu_{j-1})
-        # exactly (rounding is monotonic). Overlap off: launch_j = t_j + cpu_j, next start = end_j.
-        # Iteration j (1 … n-1) starts at starts[j-1] and must come before the bound (no ingest, no yield).
         overlap = self.overlap
-        starts: list[float] = []
-        ends: list[float] = []
-        if overlap:
-            t0 = t + cpu[0]
-            launch = t0 if t0 > self.gpu_free else self.gpu_free
-            g_prev = gpu[0]
-            end = launch + g_prev
-            starts.append(launch)
-            ends.append(end)
-            for j in range(1, limit):
-                if launch >= bound:
-                    break
-                if j == priced:
-                    more = min(limit - j, 2 * j)
-                    g_more, c_more = self.run_times.times(rows, graph_bs, sum_kv0 + j * rows, more)
-                    gpu += g_more
-                    cpu += c_more
-                    priced += more
-                c = cpu[j]
-                launch = launch + (c if c > g_prev else g_prev)
-                g_prev = gpu[j]
-                starts.append(launch)
-                ends.append(launch + g_prev)
-        else:
-            now = t
-            for j in range(limit):
-                if j and now >= bound:
-                    break
-                if j == priced:
-                    more = min(limit - j, 2 * j)
-                    g_more, c_more = self.run_times.times(rows, graph_bs, sum_kv0 + j * rows, more)
-                    gpu += g_more
-                    cpu += c_more
-                    priced += more
-                now = (now + cpu[j]) + gpu[j]
-                ends.append(now)
-            starts = ends
+        starts, ends, cpu = plan_run(self.run_times, rows, graph_bs, sum_kv0, limit, t, self.gpu_free, bound,
+                                     overlap)
         n = len(ends)
         if n < self.MIN_DECODE_RUN:
             return False
@@ -393,16 +352,7 @@ class Server(ResultProcessor):
             emits = [ends[j] + cpu[j + 1] for j in range(n - 2)]
         else:
             emits = ends[:n - 1]  # iteration j + 1 applies step j
-        floor = self.emit_floor
-        last = self.last_decode_apply
-        detok = self.detokenize_s
-        gaps = []
-        for e in emits:
-            if e > floor:
-                floor = e
-            client = floor + detok
-            gaps.append(client - last)
-            last = client
+        gaps, floor, last = decode_gaps(emits, self.emit_floor, self.last_decode_apply, self.detokenize_s)
         self.emit_floor = floor
         self.last_decode_apply = last
         self.last_decode_apply_g = g0 + len(emits)
