@@ -14,9 +14,9 @@ such a stretch and jumps to its end (docs/architecture.md, "Decode runs"); this 
   them; knots are memoized and shared by every run of the same batch size. Linear interpolation of a function
   that is locally a power law ``c·S^a`` (every table curve and roofline term) errs by at most
   ``|a(a−1)|/8 · (Q/S)²`` relative, and by ``|Δa|/4 · Q/S`` across a kink of a piecewise curve: with the
-  default 1/1024 spacing, under 10⁻³ relative for any slope change below 4. ``tests/simcore/test_decode_run.py``
+  default 1/128 spacing, under 10⁻² relative for a slope change of 1 at a kink, and much less in practice. ``tests/simcore/test_decode_run.py``
   measures the error against the model itself (H100/H200/A100/L40S tables, roofline, MoE and MLA models) and
-  checks a 10⁻⁴ bound (measured ≤ 6·10⁻⁸).
+  checks a 10⁻⁴ bound (measured ≤ 3·10⁻⁶; 6·10⁻⁸ at 1/1024).
 
 The model must declare ``pure_step_time`` (``simcore.perf.base.has_pure_step_time``): steps are priced ahead of
 their simulated time, and knots are shared between runs.
@@ -28,10 +28,10 @@ import numpy as np
 from simcore.perf.base import BatchShape, LatencyModel
 
 # Default knot spacing of the interpolated step times: at most this fraction of Σkv (docs/architecture.md).
-DEFAULT_MAX_REL_SPACING = 1.0 / 1024
+DEFAULT_MAX_REL_SPACING = 1.0 / 128
 _KNOT_MEMO_LIMIT = 500_000
-FIRST_BLOCK = 16   # steps priced first; each further block doubles (a run rarely needs all it may take)
-NUMPY_FROM = 48    # blocks at least this long are computed with numpy (same float operations, in order)
+FIRST_BLOCK = 8    # steps priced first; each further block doubles (a run rarely needs all it may take)
+NUMPY_FROM = 32    # blocks at least this long are computed with numpy (same float operations, in order)
 
 
 class DecodeStepTimes:
@@ -207,21 +207,34 @@ def plan_run(times: DecodeStepTimes, rows: int, graph_bs: int | None, sum_kv0: i
     return starts, ends, cpus
 
 
-def decode_gaps(emits: list[float], floor: float, last: float, detokenize_s: float) -> tuple[list[float], float, float]:
-    """What ``_apply`` does with the emit times of consecutive plain decode batches: each is held back to the
-    previous one's (``floor``), shifted by the detokenizer, and gives one ITL gap after the previous client time
-    (``last``). Returns (gaps, new floor, new last client time)."""
-    if len(emits) >= NUMPY_FROM:
-        base = np.maximum.accumulate(np.concatenate(([floor], emits)))
+def decode_gaps(ends: list[float], cpu: list[float], overlap: bool, floor: float, last: float,
+                detokenize_s: float) -> tuple[list[float], float, float]:
+    """The ITL gaps of the results a run of ``n = len(ends)`` steps applies inside itself, as ``_apply`` computes
+    them: overlap, iteration j + 2 applies step j (j < n − 2), whose tokens leave with the next step's CPU pass
+    (``ends[j] + cpu[j + 1]``); overlap off, iteration j + 1 applies step j (j < n − 1) at its GPU end. Each emit
+    is held back to the previous one's (``floor``) and shifted by the detokenizer; each gives one gap after the
+    previous client time (``last``). Returns (gaps, new floor, new last client time)."""
+    n = len(ends)
+    m = n - 2 if overlap else n - 1
+    if m <= 0:
+        return [], floor, last
+    if m >= NUMPY_FROM:
+        seq = np.empty(m + 1)
+        seq[0] = floor
+        if overlap:
+            np.add(ends[:m], cpu[1:m + 1], out=seq[1:])
+        else:
+            seq[1:] = ends[:m]
+        base = np.maximum.accumulate(seq)
         client = base + detokenize_s
         client[0] = last
-        gaps = np.diff(client)
-        return gaps.tolist(), float(base[-1]), float(client[-1])
-    gaps_l = []
-    for e in emits:
+        return np.diff(client).tolist(), float(base[-1]), float(client[-1])
+    gaps = []
+    for j in range(m):
+        e = ends[j] + cpu[j + 1] if overlap else ends[j]
         if e > floor:
             floor = e
         c = floor + detokenize_s
-        gaps_l.append(c - last)
+        gaps.append(c - last)
         last = c
-    return gaps_l, floor, last
+    return gaps, floor, last

@@ -327,8 +327,8 @@ class Server(ResultProcessor):
         bound = self.env.peek()
         if pend and pend[0][0] < bound and not latched:  # an arrival would be admitted: it ends the run
             bound = pend[0][0]
-        if bound <= t or t < self.env.now:
-            return False
+        if bound <= t or t < self.env.now or (self.overlap and self.gpu_free >= bound):
+            return False  # (overlap: the second iteration starts at the first launch, not before gpu_free)
         graph_bs = self._pad(rows)
         sum_kv0 = self.sum_kv
         overlap = self.overlap
@@ -348,22 +348,21 @@ class Server(ResultProcessor):
         if overlap:
             prev.emit_s = self.gpu_free + cpu[0]
             self._apply(prev, starts[0])
-            # iteration j + 2 applies step j (j = 0 … n-3), whose tokens leave with the CPU pass of step j + 1
-            emits = [ends[j] + cpu[j + 1] for j in range(n - 2)]
-        else:
-            emits = ends[:n - 1]  # iteration j + 1 applies step j
-        gaps, floor, last = decode_gaps(emits, self.emit_floor, self.last_decode_apply, self.detokenize_s)
+        gaps, floor, last = decode_gaps(ends, cpu, overlap, self.emit_floor, self.last_decode_apply,
+                                        self.detokenize_s)
         self.emit_floor = floor
         self.last_decode_apply = last
-        self.last_decode_apply_g = g0 + len(emits)
+        self.last_decode_apply_g = g0 + len(gaps)
         self.itl_vals.extend(gaps)
         self.itl_w.extend([rows] * len(gaps))
         # -- the launches: n decode steps of `rows` rows
         ratio = self.ratio
-        for _ in range(n):
-            if ratio.current == ratio.min:  # decay_step is the identity from here on
+        current, decay, floor_ratio = ratio.current, ratio.decay, ratio.min
+        for _ in range(n):  # NewTokenRatio.decay_step, n times (the identity once at the floor)
+            if current == floor_ratio:
                 break
-            ratio.decay_step()
+            current = max(current - decay, floor_ratio)
+        ratio.current = current
         self.res.advance(g0, n, self.reqs)
         self.clk[0] = g0 + n
         self.sum_kv = sum_kv0 + n * rows
