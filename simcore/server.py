@@ -361,7 +361,9 @@ class Server(ResultProcessor):
         for _ in range(n):  # NewTokenRatio.decay_step, n times (the identity once at the floor)
             if current == floor_ratio:
                 break
-            current = max(current - decay, floor_ratio)
+            current -= decay
+            if current < floor_ratio:
+                current = floor_ratio
         ratio.current = current
         self.res.advance(g0, n, self.reqs)
         self.clk[0] = g0 + n
