@@ -285,8 +285,10 @@ class Server(ResultProcessor):
     def _group(self, r: Req) -> int:
         return 1 if (self.fam == "0.5.23" and r.ignore_eos) else 0
 
-    def _match(self, r: Req, t: float) -> None:
-        m = self.kv.match(r.key, r.fill_len, t)
+    def _match(self, r: Req, t: float, capped: bool = True) -> None:
+        """Admission's match (capped at ``len − 1``) or, ``capped=False``, the scheduling pass's (whole fill)."""
+        kv = self.kv
+        m = kv.match(r.key, r.fill_len, t) if capped else kv.match_full(r.key, r.fill_len, t)
         r.prefix_len, r.last_node = m.prefix_len, m.node
 
     def _prefill(self, t: float, zombies: list[Req]) -> Batch | None:
@@ -302,13 +304,14 @@ class Server(ResultProcessor):
             self.batch_is_full = True
             return None
         kv = self.kv
-        pol = order_waiting(self.waiting, s, self.rng, lambda r: self._match(r, t))
+        pol = order_waiting(self.waiting, s, self.rng, lambda r: self._match(r, t, capped=False))
         if self.refresh_on and self.waiting and pol in ("fcfs", "lof", "random"):
             self._touch_waiting(t)
         mixed = s.enable_mixed_chunk and s.chunking_enabled
         adder = PrefillAdder(s, kv.available, kv.lock, kv.unlock,
                              self._running_reservation(self.ratio.current), self.ratio.current,
-                             running_bs if mixed else 0, self.fam)
+                             running_bs if mixed else 0, self.fam,
+                             running=lambda: (*self.R.values(), *self.F.values()))
         ch = self.chunked
         if ch is not None:
             self.chunked = adder.add_chunked_req(ch, ch.fill_target - ch.extend_end)
