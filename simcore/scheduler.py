@@ -330,10 +330,11 @@ class PrefillAdder:
             budget = self.rem_chunk if self.rem_chunk is not None else remaining
         truncated = remaining > budget
         new_len = min(remaining, budget)
-        if truncated and not self.v0523:
+        if truncated and self.fam == "0.4":
             new_len = max(self.page, new_len // self.page * self.page)
-        # 0.5.23 (schedule_policy.py::add_chunked_req, lines 1140-1222; PrefillBudget.available_chunk_tokens,
-        # prefill_budget.py line 142): min(rem_chunk, remaining memory) is taken as it is, not page-aligned
+        # 0.5.x takes min(rem_chunk, remaining memory) as it is, not page-aligned (0.5.23 schedule_policy.py::
+        # add_chunked_req lines 1140-1222 with PrefillBudget.available_chunk_tokens, prefill_budget.py line 142;
+        # 0.5.9 schedule_policy.py lines 591-616)
         self.can_run.append(req)
         self.extend[id(req)] = new_len
         # the last chunk reserves min(max_new, CLIP) in every version: outputs are not subtracted here (§2.5)
@@ -346,13 +347,13 @@ class PrefillAdder:
         cap = self.s.prefill_max_requests
         if cap is not None and len(self.can_run) >= cap:  # §2.11 (the in-flight chunk counts too)
             return AddResult.OTHER
-        if self.v0523 and req.ignore_eos and self.s.disable_radix_cache:
+        if self.fam != "0.4" and req.ignore_eos and self.s.disable_radix_cache:
             return self.add_one_req_ignore_eos(req)
         max_new = self.reserve_of(req)
         # the admission test subtracts the outputs already generated (a retracted request's), the reservation
-        # does not: 0.5.23 _select_prefill_admission charges min(max_new_tokens, CLIP) (schedule_policy.py
-        # lines 1636, 1685-1703)
-        reserve = min(req.max_new, self.clip) if self.v0523 else max_new
+        # does not: it charges min(max_new_tokens, CLIP) (0.5.23 _select_prefill_admission, schedule_policy.py
+        # lines 1636, 1685-1703; 0.5.9 add_one_req, lines 791-798)
+        reserve = min(req.max_new, self.clip) if self.fam != "0.4" else max_new
         extend = req.fill_len - req.prefix_len
         total_tokens = extend + max_new + self.overhead
         self._lock(req.last_node)
@@ -394,8 +395,9 @@ class PrefillAdder:
         return None if left <= 0 else (left, r.input_len + r.out_len)
 
     def add_one_req_ignore_eos(self, req: SchedReq) -> AddResult:
-        """``PrefillAdder.add_one_req_ignore_eos`` (0.5.23 schedule_policy.py lines 1241-1383), taken by
-        ``add_one_req`` for an ignore_eos request when the radix cache is disabled (line 1401).
+        """``PrefillAdder.add_one_req_ignore_eos`` (0.5.23 schedule_policy.py lines 1241-1383, 0.5.9 lines
+        632-716), taken by ``add_one_req`` for an ignore_eos request when the radix cache is disabled (0.5.23 line
+        1401, 0.5.9 line 731).
 
         Instead of reserving every running request's remaining tokens, it simulates completions: the running,
         admitted and candidate requests sorted by tokens left; walking them shortest first, the ``bs`` requests

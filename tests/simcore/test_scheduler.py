@@ -55,6 +55,21 @@ def test_new_token_ratio_start_decay_floor_reset() -> None:
     assert r.current == pytest.approx(0.7)
 
 
+def test_min_new_token_ratio_factor_above_one_clamps_and_grows() -> None:
+    # 0.5.23 new_token_ratio_tracker.py::NewTokenRatioTracker.from_config (lines 21-32): min = min(init × factor,
+    # 1.0), decay = (init − min) / steps — negative when min > init — and decay_step = max(current − decay, min)
+    # (line 35): the ratio jumps to the floor and then creeps up until the next idle reset.
+    r = NewTokenRatio(ServerSettings(min_new_token_ratio_factor=2.0))
+    assert r.min == pytest.approx(1.0)              # 0.7 × 2 clamped to 1.0
+    assert r.decay == pytest.approx((0.7 - 1.0) / 600)
+    r.decay_step()
+    assert r.current == pytest.approx(1.0)
+    r.decay_step()
+    assert r.current == pytest.approx(1.0 + 0.3 / 600)
+    r = NewTokenRatio(ServerSettings(min_new_token_ratio_factor=1.2))
+    assert r.min == pytest.approx(0.84)             # below 1: not clamped
+
+
 def test_new_token_ratio_conservativeness_scales_start() -> None:
     r = NewTokenRatio(ServerSettings(schedule_conservativeness=0.3))
     assert r.current == pytest.approx(0.21)
@@ -334,6 +349,10 @@ def test_retracted_request_reserves_max_new_without_subtracting_outputs_0_5_23()
     assert a.current_offset == pytest.approx(500 + 1)
     a = _adder(s, Pool(free=1101))  # the admission test itself: 500 + 600 + 1 = 1101 is not < 1101
     assert a.add_one_req(FakeReq("ret", 100, max_new=1000, out=400)) == AddResult.NO_TOKEN and not a.can_run
+    # 0.5.9 schedule_policy.py::add_one_req (lines 734-798): the same split, without the per-request page
+    a = _adder(ServerSettings(sglang_version="0.5.9", chunked_prefill_size=8192), Pool(free=1200))
+    a.add_one_req(FakeReq("ret", 100, max_new=1000, out=400))
+    assert a.total_offset == pytest.approx(500 + 1000)
 
 
 def test_chunked_continuation_cut_by_memory_is_not_page_aligned_0_5_23() -> None:
@@ -347,10 +366,15 @@ def test_chunked_continuation_cut_by_memory_is_not_page_aligned_0_5_23() -> None
     assert a.extend[id(req)] == 300
     a = _adder(s, Pool(free=100000))  # cut by the chunk budget: 512 (a page multiple anyway)
     assert a.add_chunked_req(req, remaining=1500) is req and a.extend[id(req)] == 512
+    # 0.5.9 schedule_policy.py::add_chunked_req (lines 591-616) cuts the same way; 0.4 keeps a page floor
     s9 = ServerSettings(sglang_version="0.5.9", page_size=16, chunked_prefill_size=512)
     a = _adder(s9, Pool(free=1000), reservation=700.0)
     a.add_chunked_req(req, remaining=1500)
-    assert a.extend[id(req)] == 288  # the 0.5.9 family keeps its page floor
+    assert a.extend[id(req)] == 300
+    s4 = ServerSettings(sglang_version="0.4.10", page_size=16, chunked_prefill_size=512)
+    a = _adder(s4, Pool(free=1000), reservation=700.0)
+    a.add_chunked_req(req, remaining=1500)
+    assert a.extend[id(req)] == 288
 
 
 def test_ignore_eos_without_radix_cache_simulates_completions_0_5_23() -> None:
