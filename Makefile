@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench venv clean oracle
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,6 +22,11 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# SGLang 0.5.23's real scheduler beside ours, step by step (docs/fidelity.md); builds its own ~6 GB environment
+# once, cached outside the checkout (~/.cache/shadowsim/oracle-<lock hash>).
+oracle: $(STAMP)
+	nice $(BIN)/python -m oracle
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from oracle import env as oracle_env
@@ -55,27 +54,58 @@ class SglangSideError(RuntimeError):
     pass
 
 
-def run_sglang(python: Path, sc: Scenario, trace: Path, fresh: bool) -> dict:
-    cache_dir = oracle_env.env_dir() / "traces"
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    cached = cache_dir / f"{sc.name}-{trace_key(sc, trace)}.json"
-    if cached.is_file() and not fresh:
+class SglangRun:
+    """SGLang's side for the scenarios whose traces are not cached: one subprocess that imports SGLang once and
+    forks a child per scenario (``oracle.sglang_side``); traces are picked up as they appear."""
+
+    def __init__(self, python: Path, scenarios: list[Scenario], trace: Path, jobs: int, fresh: bool) -> None:
+        self.cache_dir = oracle_env.env_dir() / "traces"
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.cached = {sc.name: self.cache_dir / f"{sc.name}-{trace_key(sc, trace)}.json" for sc in scenarios}
+        todo = [sc for sc in scenarios if fresh or not self.cached[sc.name].is_file()]
+        self.tmp = tempfile.TemporaryDirectory(prefix="oracle-")
+        self.out = Path(self.tmp.name)
+        self.proc: subprocess.Popen | None = None
+        if todo:
+            paths = []
+            for sc in todo:
+                p = self.out / f"{sc.name}.scenario.json"
+                p.write_text(sc.to_json())
+                paths.append(str(p))
+                self.cached[sc.name].unlink(missing_ok=True)
+            envv = dict(os.environ, PYTHONPATH=str(ROOT), ORACLE_MOONCAKE_TRACE=str(trace), OMP_NUM_THREADS="1",
+                        TOKENIZERS_PARALLELISM="false")
+            self.log = open(self.out / "sglang_side.log", "w")
+            self.proc = subprocess.Popen([str(python), "-m", "oracle.sglang_side", str(self.out), str(jobs), *paths],
+                                         cwd=ROOT, env=envv, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def result(self, sc: Scenario) -> dict:
+        cached = self.cached[sc.name]
+        fresh_out, err = self.out / f"{sc.name}.json", self.out / f"{sc.name}.error"
+        while not cached.is_file():
+            if fresh_out.is_file():
+                fresh_out.rename(cached)
+                break
+            if err.is_file():
+                raise SglangSideError(f"SGLang side of {sc.name} failed:\n{_tail(err.read_text())}")
+            if self.proc is None or self.proc.poll() is not None:
+                if fresh_out.is_file() or err.is_file():
+                    continue
+                log = (self.out / "sglang_side.log").read_text() if self.proc is not None else ""
+                raise SglangSideError(f"SGLang side exited before {sc.name} (exit "
+                                      f"{None if self.proc is None else self.proc.returncode}):\n{_tail(log)}")
+            time.sleep(0.2)
         return json.loads(cached.read_text())
-    with tempfile.TemporaryDirectory(prefix="oracle-") as tmp:
-        inp, out = Path(tmp, "scenario.json"), Path(tmp, "trace.json")
-        inp.write_text(sc.to_json())
-        envv = dict(os.environ, PYTHONPATH=str(ROOT), ORACLE_MOONCAKE_TRACE=str(trace),
-                    OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-        proc = subprocess.run([str(python), "-m", "oracle.sglang_side", str(inp), str(out)], cwd=ROOT, env=envv,
-                              capture_output=True, text=True)
-        if proc.returncode != 0 or not out.is_file():
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
-            raise SglangSideError(f"SGLang side of {sc.name} failed (exit {proc.returncode}):\n{tail}")
-        data = json.loads(out.read_text())
-    tmp_cached = cached.with_suffix(".part")
-    tmp_cached.write_text(json.dumps(data))
-    tmp_cached.rename(cached)
-    return data
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait()
+        self.tmp.cleanup()
+
+
+def _tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,14 +142,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     failures: list[str] = []
     results = []
-    with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        futures = [(sc, pool.submit(run_sglang, python, sc, trace, a.fresh)) for sc in scenarios]
+    sglang = SglangRun(python, scenarios, trace, a.jobs, a.fresh)
+    try:
         if not a.json:
             print(f"{'scenario':<26} {'':4} {'compared':>15}  divergent; cache hits", flush=True)
-        for sc, fut in futures:
+        for sc in scenarios:
             ours = shadow_side.run(sc, trace)
             try:
-                theirs = fut.result()
+                theirs = sglang.result(sc)
             except SglangSideError as exc:
                 failures.append(str(exc))
                 print(f"{sc.name:<26} FAIL {exc}", file=sys.stderr, flush=True)
@@ -127,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             c = compare(sc.name, sc.kind, theirs, ours)
             results.append(c)
             print(json.dumps(c.to_dict()) if a.json else format_row(c), flush=True)
+    finally:
+        sglang.close()
     bad = [c.name for c in results if not c.ok]
     if not a.json:
         print(f"oracle: {len(results) - len(bad)}/{len(scenarios)} scenarios match SGLang 0.5.23 "

@@ -102,13 +102,17 @@ def _ids(rng: np.random.Generator, n: int) -> list[int]:
 def shared_prefix_workload(seed: int, num_requests: int, system_len: int, input_range: tuple[int, int],
                            output_range: tuple[int, int], ignore_eos: bool = True,
                            priorities: tuple[int, ...] | None = None,
-                           arrival_gap_s: float | None = None) -> list[RequestSpecJSON]:
-    """Prompts = one shared system prompt + a unique tail; lengths uniform in the ranges (end exclusive)."""
+                           arrival_gap_s: float | None = None,
+                           long_every: int | None = None, long_len: int = 0) -> list[RequestSpecJSON]:
+    """Prompts = one shared system prompt + a unique tail; lengths uniform in the ranges (end exclusive); every
+    ``long_every``-th request (if given) gets a ``long_len``-token prompt instead."""
     rng = np.random.default_rng(seed)
     system = _ids(rng, system_len)
     out = []
     for i in range(num_requests):
         n_in = int(rng.integers(*input_range))
+        if long_every and i % long_every == long_every - 1:
+            n_in = long_len
         n_out = int(rng.integers(*output_range))
         prio = int(rng.choice(priorities)) if priorities else None
         arrival = round(i * arrival_gap_s, 6) if arrival_gap_s is not None else 0.0
@@ -172,6 +176,10 @@ def scheduler_scenarios() -> list[Scenario]:
                              priority_scheduling_preemption_threshold=10),
                  shared_prefix_workload(23, 96, 128, (300, 1200), (50, 300), ignore_eos=True,
                                         priorities=(0, 5, 20), arrival_gap_s=0.05)),
+        Scenario("long-prompt-abort", "prompts at or above the maximum input length (context 4,096) are aborted",
+                 "scheduler", ServerFlags(context_length=4096, max_total_tokens=20000),
+                 shared_prefix_workload(31, 48, 256, (300, 1500), (20, 200), long_every=6, long_len=4500),
+                 concurrency=8),
         _closed("overlap", "overlap scheduling (event_loop_overlap, the production default), closed loop, lpm",
                 ServerFlags(schedule_policy="lpm", disable_overlap_schedule=False, max_total_tokens=14000),
                 seed=29, n=160, ignore_eos=False),

@@ -1,6 +1,6 @@
 """SGLang's side of the oracle: runs inside the oracle environment (``python -m oracle.env``), never imports shadowsim.
 
-    ORACLE_PYTHON -m oracle.sglang_side SCENARIO.json OUT.json
+    ORACLE_PYTHON -m oracle.sglang_side OUT_DIR JOBS SCENARIO.json ...
 
 Scheduler scenarios build SGLang 0.5.23's real ``Scheduler`` in-process on CPU (a 2-layer dummy-weight Llama,
 ``torch_native`` attention, CUDA graphs off) and drive the loop body of ``event_loop_normal`` or
@@ -56,12 +56,37 @@ def build_scheduler(flags: dict, max_total_tokens: int, model_config: str = "tin
     kw["max_total_tokens"] = max_total_tokens
     sa = ServerArgs(model_path=_tiny_model_dir(model_config), device="cpu", load_format="dummy",
                     skip_tokenizer_init=True, disable_cuda_graph=True, mem_fraction_static=0.5,
-                    attention_backend="torch_native", dtype="bfloat16", **kw)
+                    attention_backend="torch_native", dtype="bfloat16", log_level="warning", **kw)
     pa = PortArgs.init_new(sa)
     sm.publish(sa, role="scheduler", ranks=sm.SpawnRanks(world_rank=sm.spawn_world_rank(sa, tp_rank=0, pp_rank=0),
                                                          dp_rank=None, gpu_id=0))
     sm.configure_scheduler_process(sa, 0, display_tp_rank=None, display_dp_rank=None, display_moe_ep_rank=None)
     return sm.Scheduler(sa, pa)
+
+
+def stub_model_forward(s) -> None:
+    """Replace the tiny model's eager forward by zero logits (every greedy sample is token 0, never EOS).
+
+    Everything the scheduler does stays SGLang's: batch building, the forward batch, sampling, result processing,
+    KV allocation and the radix cache. Only the matrix products of a dummy-weight model are skipped; their
+    values never reach a scheduling decision (outputs run to max_new_tokens either way). ``ORACLE_REAL_FORWARD=1``
+    keeps the real forward (same traces, several times slower).
+    """
+    if os.environ.get("ORACLE_REAL_FORWARD") == "1":
+        return
+    import torch
+    from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    runner = s.tp_worker.model_runner
+    vocab = runner.model_config.vocab_size
+
+    def execute(forward_batch, pp_proxy_tensors=None, **kwargs):
+        if forward_batch.forward_mode.is_mixed():  # as EagerRunner.execute: a mixed batch runs as EXTEND
+            forward_batch.forward_mode = ForwardMode.EXTEND
+        return LogitsProcessorOutput(next_token_logits=torch.zeros((forward_batch.batch_size, vocab)))
+
+    runner.eager_runner.execute = execute
 
 
 # ---- scheduler scenarios -----------------------------------------------------------------------------------------
@@ -84,6 +109,7 @@ def run_scheduler(sc: Scenario) -> dict:
     cap = fl.pop("max_total_tokens")
     overlap = not fl["disable_overlap_schedule"]
     s = build_scheduler(fl, cap)
+    stub_model_forward(s)
     info = {"max_total_num_tokens": int(s.max_total_num_tokens), "max_running_requests": int(s.max_running_requests),
             "tree": type(s.tree_cache).__name__, "overlap": overlap}
     specs = sc.requests
@@ -140,7 +166,12 @@ def run_scheduler(sc: Scenario) -> dict:
                     nxt += 1
 
     inflight: deque[_Batch] = deque()
-    last_batch = None
+    # Scheduler.run_event_loop's set-up on CPU (scheduler.py lines 1975-2010) and _dispatch_event_loop_once's
+    # (lines 6218-6222); event_loop_overlap then turns skip-finishing-decode on (line 2063)
+    s.schedule_stream.synchronize = lambda: None
+    s._war_barrier_enabled = False
+    s.enable_continuous_input_polling = False
+    s.enable_skip_finishing_decode = False
     if overlap:
         s.enable_skip_finishing_decode = True
         s.result_queue = deque()
@@ -152,7 +183,6 @@ def run_scheduler(sc: Scenario) -> dict:
         ingest(t)
         # aborted at admission (prompt too long): SGLang answers them from process_input_requests
         wait_before = {r.rid for r in s.waiting_queue}
-        running_before = {r.rid for r in s.running_batch.reqs} if s.running_batch is not None else set()
         plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
         s.running_batch = plan.running_batch
         b = plan.batch_to_run
@@ -163,12 +193,13 @@ def run_scheduler(sc: Scenario) -> dict:
                 rids = [r.rid for r in b.reqs]
                 ext = [int(x) for x in b.extend_lens]
                 pre = [int(x) for x in b.prefix_lens]
+                n_dec = 0
                 if b.forward_mode.is_mixed():
-                    keep = [k for k, rid in enumerate(rids) if rid not in running_before]
-                    n_dec = len(rids) - len(keep)
-                    rids, ext, pre = [rids[k] for k in keep], [ext[k] for k in keep], [pre[k] for k in keep]
-                else:
-                    n_dec = 0
+                    # mix_with_running (schedule_batch.py line 3267) appends the running batch's decode rows after
+                    # the prefill rows and keeps their pool indices in mix_running_indices
+                    n_dec = len(b.mix_running_indices)
+                    n_pre = len(rids) - n_dec
+                    rids, ext, pre = rids[:n_pre], ext[:n_pre], pre[:n_pre]
                 rec = {"mode": "prefill", "rids": rids, "extend": ext, "prefix": pre, "n_dec": n_dec}
                 dt = step_time_s(sum(ext), n_dec)
             else:
@@ -200,6 +231,7 @@ def run_scheduler(sc: Scenario) -> dict:
                     s.result_queue.popleft()
                     process(prev)
             elif b is None:
+                s._sched_idled = True
                 s.on_idle()
             if s.is_generation:
                 s.launch_batch_sample_if_needed(result, b)
@@ -324,11 +356,7 @@ def run_cache(sc: Scenario, trace: Path, unified_scheduler=None) -> dict:
     return {"info": {"tree": tree_name, "secs": round(_time.time() - started, 1)}, "hits": hits, "tree_size": size}
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print(__doc__.split("\n\n")[1], file=sys.stderr)
-        return 2
-    sc = Scenario.from_json(Path(argv[1]).read_text())
+def run_one(sc: Scenario) -> dict:
     started = _time.time()
     if sc.kind == "scheduler":
         out = run_scheduler(sc)
@@ -336,16 +364,69 @@ def main(argv: list[str]) -> int:
         trace = Path(os.environ["ORACLE_MOONCAKE_TRACE"])
         sched = None
         if sc.cache.tree == "unified":
-            _stub_kernels()
             from oracle.scenarios import ServerFlags
+
             fl = {k: v for k, v in vars(ServerFlags()).items() if k != "max_total_tokens"}
             sched = build_scheduler(fl, sc.cache.capacity_tokens + 100_000, "tiny-cache-config.json")
-        else:
-            _stub_kernels()
         out = run_cache(sc, trace, sched)
     out["secs"] = round(_time.time() - started, 1)
-    Path(argv[2]).write_text(json.dumps(out))
-    return 0
+    return out
+
+
+def _child(sc: Scenario, out_dir: Path) -> None:
+    """Run one scenario in a forked child; the trace appears atomically as NAME.json, a failure as NAME.error."""
+    try:
+        data = run_one(sc)
+        part = out_dir / f"{sc.name}.json.part"
+        part.write_text(json.dumps(data))
+        part.rename(out_dir / f"{sc.name}.json")
+        code = 0
+    except BaseException:  # noqa: BLE001 - reported to the parent, whatever it was
+        import traceback
+
+        (out_dir / f"{sc.name}.error").write_text(traceback.format_exc())
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def main(argv: list[str]) -> int:
+    """``sglang_side OUT_DIR JOBS SCENARIO.json ...``: import SGLang once (tens of seconds), then fork one child per
+    scenario, at most JOBS at a time; each child builds its own Scheduler, so scenarios share no state."""
+    if len(argv) < 4:
+        print(main.__doc__, file=sys.stderr)
+        return 2
+    out_dir, jobs = Path(argv[1]), max(1, int(argv[2]))
+    scenarios = [Scenario.from_json(Path(p).read_text()) for p in argv[3:]]
+    _stub_kernels()
+    import sglang.srt.managers.io_struct  # noqa: F401 - imported once, before the forks
+    import sglang.srt.managers.scheduler  # noqa: F401
+    import sglang.srt.mem_cache.radix_cache  # noqa: F401
+    import sglang.srt.sampling.sampling_params  # noqa: F401
+
+    running: dict[int, str] = {}
+    failed: list[str] = []
+
+    def reap() -> None:
+        pid, status = os.wait()
+        name = running.pop(pid)
+        if status != 0:
+            failed.append(name)
+
+    for sc in scenarios:
+        while len(running) >= jobs:
+            reap()
+        pid = os.fork()
+        if pid == 0:
+            _child(sc, out_dir)
+        running[pid] = sc.name
+    while running:
+        reap()
+    for name in failed:
+        if not (out_dir / f"{name}.error").exists():
+            (out_dir / f"{name}.error").write_text("the child process died without a traceback\n")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
