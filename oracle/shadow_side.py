@@ -94,13 +94,8 @@ def run_scheduler(sc: Scenario) -> dict:
     env.run()
     reqs = {}
     for r in srv.records:
-        d = {"arrival": round(r.arrival_s, 6), "finish": round(r.finish_s, 6), "cached": r.cached_tokens,
-             "output_len": r.output_len}
-        if not r.aborted:
-            d["first"] = round(r.first_token_s, 6)
-        else:
-            d["aborted"] = True
-        reqs[r.rid] = d
+        reqs[r.rid] = {"arrival": round(r.arrival_s, 6), "first": round(r.first_token_s, 6),
+                       "finish": round(r.finish_s, 6), "cached": r.cached_tokens, "output_len": r.output_len}
     info = {"max_total_num_tokens": srv.kv.capacity, "max_running_requests": srv.max_running,
             "overlap": srv.overlap}
     return {"info": info, "steps": steps, "reqs": reqs}

@@ -140,6 +140,8 @@ class Server(ResultProcessor):
         if spec.rid in self.reqs:
             raise ValueError(f"duplicate request id {spec.rid!r}")
         req = Req.from_spec(spec, self.max_req_len, self.clk)
+        if spec.input_len >= self.max_req_len - 5:  # SGLang's max_req_input_len: aborted with its error
+            req.abort_for_length(self.max_req_len - 5)
         ev = self.env.event()
         self.reqs[spec.rid] = req
         self.events[spec.rid] = ev

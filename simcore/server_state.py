@@ -14,7 +14,8 @@ from simcore.request import RequestSpec
 
 _REQ_FIELDS = ("o0", "g0", "in_r", "ver", "state", "prefix_len", "held", "extend_end", "fill_target",
                "cached_tokens", "admitted_once", "stain", "num_retractions", "ingest_s", "wait_entry_s",
-               "queue_time_s", "first_token_s", "last_emit_s", "last_bid", "dropped_bid", "res_group", "in_dec")
+               "queue_time_s", "first_token_s", "last_emit_s", "last_bid", "dropped_bid", "res_group", "in_dec",
+               "abort_error")
 
 
 class Req:
@@ -63,10 +64,29 @@ class Req:
         self.dropped_bid = 0
         self.res_group = -1   # ReservationSum group while in the running batch, else -1
         self.in_dec = False
+        self.abort_error: str | None = None  # set when SGLang refuses the prompt at ingest (abort_for_length)
 
     @classmethod
     def from_spec(cls, spec: RequestSpec, max_req_len: int, clk: list[int]) -> "Req":
         return cls(spec, max_req_len, clk)
+
+    def abort_for_length(self, max_input_len: int) -> None:
+        """A prompt at or above ``max_req_input_len`` (= max_req_len − 5, 0.5.23 tp_worker.py line 572): the
+        scheduler's ``validate_input_length`` (managers/utils.py lines 259-289) refuses it and
+        ``set_finish_with_abort`` (schedule_batch.py lines 2221-2238) shrinks the prompt to the single token 0 so
+        the request passes the queue as a 1-token prefill, reserving no new tokens (``init_req_max_new_tokens``
+        already clipped max_new_tokens to 0, scheduler.py lines 2693-2716), and finishes aborted when that
+        prefill's result is processed (``update_finish_state``, schedule_batch.py line 2011)."""
+        self.abort_error = (f"Input length ({self.input_len} tokens) exceeds the maximum allowed length "
+                            f"({max_input_len} tokens). Use a shorter input or enable --allow-auto-truncate.")
+        self._shrink_aborted()
+
+    def _shrink_aborted(self) -> None:
+        self.input_len = 1
+        self.key = (0,) if self.key is not None and self.key_unit == 1 else None
+        self.max_new = 0
+        self.output_len = 1
+        self.eos = False
 
     @property
     def out_len(self) -> int:
@@ -139,7 +159,10 @@ def req_from_state(d: dict[str, Any], clk: list[int], kv: KVCache) -> Req:
     r = Req(RequestSpec(**sd), 2, clk)
     r.max_new, r.output_len, r.eos = d["max_new"], d["output_len"], d["eos"]
     for f in _REQ_FIELDS:
-        setattr(r, f, d[f])
+        setattr(r, f, d.get(f) if f == "abort_error" else d[f])  # snapshots before abort_error have none
+    if r.abort_error is not None:
+        r._shrink_aborted()
+        r.max_new, r.output_len, r.eos = d["max_new"], d["output_len"], d["eos"]
     r.node = kv.node_by_id(d["node"]) if d["node"] is not None else None
     r.last_node = kv.root
     return r

@@ -328,3 +328,20 @@ def test_running_requests_reserve_only_their_remaining_outputs_in_every_version(
               min_new_token_ratio_factor=1.0).records
     assert rec["b"].queue_time_s < 0.02
     assert rec["b"].first_token_s < 3.1 and rec["a"].finish_s > 5.0
+
+
+def test_prompt_at_the_maximum_input_length_is_aborted_as_a_one_token_prefill() -> None:
+    # 0.5.23: max_req_input_len = min(context − 1, pool − 1) − 5 (managers/tp_worker.py lines 568-572);
+    # Scheduler.handle_generate_request → validate_input_length (managers/utils.py lines 259-289) refuses a prompt
+    # of at least that length, and set_finish_with_abort (schedule_batch.py lines 2221-2238) turns it into the
+    # one-token prompt [0]: it takes one prefill row, reserves nothing, finishes aborted with its first token.
+    # (oracle scenario long-prompt-abort: 696 steps equal to SGLang's.) Context 1,000 → max input 994.
+    r = run([req("long", 0.0, 994, 50, key=range(994)), req("ok", 0.0, 993, 1, key=range(10_000, 10_993))],
+            context_length=1000, sglang_version="0.5.23", chunked_prefill_size=8192)
+    first = r.steps[0].shape
+    assert first.extend_lens == (1, 993)          # the refused prompt passes as one token
+    rec = r.records["long"]
+    assert rec.aborted and rec.input_len == 994 and rec.output_len == 1 and rec.cached_tokens == 0
+    assert not r.records["ok"].aborted
+    assert rec.finish_s == pytest.approx(r.steps[0].end_s)
+    assert r.server.reqs == {} and r.server.kv.used == 0
