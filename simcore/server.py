@@ -567,6 +567,8 @@ class Server(ResultProcessor):
             r.o0 -= 1  # its in-flight token is dropped when that result is processed (is_retracted)
             inf.drop(r)
         self.kv.release(r.node, held)
+        self.seq += 1
+        r.key_outputs(-(self.seq << 32))  # its outputs are real tokens of its next fill
         want = len(self.R) * self.s.retract_decode_steps
         if self.kv.free < want:
             self.kv.evict(want - self.kv.free)

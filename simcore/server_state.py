@@ -15,7 +15,7 @@ from simcore.request import RequestSpec
 _REQ_FIELDS = ("o0", "g0", "in_r", "ver", "state", "prefix_len", "held", "extend_end", "fill_target",
                "cached_tokens", "admitted_once", "stain", "num_retractions", "ingest_s", "wait_entry_s",
                "queue_time_s", "first_token_s", "last_emit_s", "last_bid", "dropped_bid", "res_group", "in_dec",
-               "abort_error")
+               "abort_error", "out_key_base", "out_key_len")
 
 
 class Req:
@@ -65,6 +65,8 @@ class Req:
         self.res_group = -1   # ReservationSum group while in the running batch, else -1
         self.in_dec = False
         self.abort_error: str | None = None  # set when SGLang refuses the prompt at ingest (abort_for_length)
+        self.out_key_base: int | None = None  # key elements of its own outputs, once retracted (key_outputs)
+        self.out_key_len = 0
 
     @classmethod
     def from_spec(cls, spec: RequestSpec, max_req_len: int, clk: list[int]) -> "Req":
@@ -80,6 +82,19 @@ class Req:
         self.abort_error = (f"Input length ({self.input_len} tokens) exceeds the maximum allowed length "
                             f"({max_input_len} tokens). Use a shorter input or enable --allow-auto-truncate.")
         self._shrink_aborted()
+
+    def key_outputs(self, base: int) -> None:
+        """At a retraction: extend the key over the outputs generated so far, as elements unique to this request
+        (``base``, ``base − 1``, … — negative, so never a prompt token). SGLang's fill is prompt + output ids, so
+        the checkpoint after the re-prefill puts those generated tokens in the tree (checkpoint_kv_cache,
+        0.5.23 mem_cache/common.py lines 271-280) and a second retraction matches them again; no other request
+        can match them. Token keys only (a block-hash key has no per-token elements)."""
+        if self.spec.key is None or self.key_unit != 1 or self.abort_error is not None:
+            return
+        if self.out_key_base is None:
+            self.out_key_base = base
+        self.out_key_len = self.out_len
+        self.key = self.spec.key[: self.input_len] + output_key(self.out_key_base, self.out_key_len)
 
     def _shrink_aborted(self) -> None:
         self.input_len = 1
@@ -103,6 +118,11 @@ class Req:
         if self.last_bid == b.bid:
             return True
         return b.g_after is not None and self.g0 < b.g_after
+
+
+def output_key(base: int, n: int) -> tuple[int, ...]:
+    """``n`` key elements standing for a request's own generated tokens (see :meth:`Req.key_outputs`)."""
+    return tuple(range(base, base - n, -1))
 
 
 _EMPTY: Any = ()
@@ -160,6 +180,8 @@ def req_from_state(d: dict[str, Any], clk: list[int], kv: KVCache) -> Req:
     r.max_new, r.output_len, r.eos = d["max_new"], d["output_len"], d["eos"]
     for f in _REQ_FIELDS:
         setattr(r, f, d.get(f) if f == "abort_error" else d[f])  # snapshots before abort_error have none
+    if r.out_key_base is not None and r.spec.key is not None:
+        r.key = r.spec.key[: r.input_len] + output_key(r.out_key_base, r.out_key_len)
     if r.abort_error is not None:
         r._shrink_aborted()
         r.max_new, r.output_len, r.eos = d["max_new"], d["output_len"], d["eos"]

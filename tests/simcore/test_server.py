@@ -345,3 +345,32 @@ def test_prompt_at_the_maximum_input_length_is_aborted_as_a_one_token_prefill() 
     assert not r.records["ok"].aborted
     assert rec.finish_s == pytest.approx(r.steps[0].end_s)
     assert r.server.reqs == {} and r.server.kv.used == 0
+
+
+def test_retracted_requests_outputs_become_matchable_by_itself_only() -> None:
+    # SGLang's fill after a retraction is origin_input_ids + output_ids (real tokens): the checkpoint after its
+    # re-prefill (0.5.23 mem_cache/common.py::checkpoint_kv_cache, lines 271-280) puts the generated tokens in the
+    # tree, so a second retraction re-matches prompt + those outputs (oracle scenario priority-preemption: step 479
+    # re-admits q0022 with prefix 1,040 = prompt + 54 outputs, not 986).
+    from simcore.kv_cache import KVCache
+    from simcore.request import RequestSpec
+    from simcore.server_state import Req
+
+    clk = [0]
+    a = Req(RequestSpec("a", 0.0, 8, 50, 50, key=tuple(range(8))), 10_000, clk)
+    b = Req(RequestSpec("b", 0.0, 8, 50, 50, key=tuple(range(8))), 10_000, clk)  # same prompt
+    a.o0, b.o0 = 5, 5
+    a.key_outputs(-(1 << 32))
+    b.key_outputs(-(2 << 32))
+    assert a.key[:8] == tuple(range(8)) and len(a.key) == 13 and all(x < 0 for x in a.key[8:])
+    assert set(a.key[8:]).isdisjoint(b.key[8:])
+    kv = KVCache(1000)
+    node = kv.match(a.key, a.fill_len, 0.0).node
+    kv.lock(node)
+    assert kv.alloc(13)
+    node = kv.cache_unfinished(a.key, 13, node, 1.0)  # a's re-prefill checkpoint: prompt + its 5 outputs
+    assert kv.match(a.key, 100, 2.0).prefix_len == 13
+    assert kv.match(b.key, 100, 2.0).prefix_len == 8  # b shares the prompt, not a's outputs
+    a.o0 = 9
+    a.key_outputs(-(7 << 32))  # a second retraction keeps the same elements and extends them
+    assert len(a.key) == 17 and kv.match(a.key, 100, 3.0).prefix_len == 13  # the first 5 outputs still match
