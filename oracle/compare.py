@@ -107,7 +107,8 @@ def compare_scheduler(name: str, sglang: dict, ours: dict) -> Comparison:
                 break
 
     def hits(trace: dict) -> int:
-        return sum(sum(s["prefix"]) for s in trace["steps"] if s["mode"] == "prefill")
+        """Cache-hit tokens as each side reports them per request (SGLang's ``req.cached_tokens``)."""
+        return sum(r.get("cached", 0) for r in trace["reqs"].values())
 
     return Comparison(name, "scheduler", min(len(rs), len(os_)), len(rs), len(os_), divergent, first,
                       hits(sglang), hits(ours))
@@ -137,7 +138,7 @@ def compare(name: str, kind: str, sglang: dict, ours: dict) -> Comparison:
 def format_row(c: Comparison) -> str:
     unit = "steps" if c.kind == "scheduler" else "requests"
     head = f"{c.name:<26} {'ok  ' if c.ok else 'DIFF'} {c.compared:>6} {unit:<8}"
-    hits = f"hit tokens ours {c.hit_tokens_ours:,} / SGLang {c.hit_tokens_sglang:,}"
+    hits = f"cache-hit tokens ours {c.hit_tokens_ours:,} / SGLang {c.hit_tokens_sglang:,}"
     if c.tree_size_ours is not None:
         hits += f"; tree ours {c.tree_size_ours:,} / SGLang {c.tree_size_sglang:,}"
     line = f"{head} {c.divergent:>5} divergent; {hits}"

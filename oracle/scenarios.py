@@ -162,6 +162,9 @@ def scheduler_scenarios() -> list[Scenario]:
         _closed("retraction", "long outputs (400-1,200) in a 20,000-token pool: decode retraction",
                 ServerFlags(max_total_tokens=20000), seed=11, n=120, input_range=(300, 800),
                 output_range=(400, 1200), ignore_eos=False),
+        _closed("no-radix-ignore-eos", "--disable-radix-cache with ignore_eos requests (add_one_req_ignore_eos), "
+                "8,000-token pool", ServerFlags(disable_radix_cache=True, max_total_tokens=8000), seed=37, n=96,
+                conc=24, input_range=(200, 900), output_range=(50, 400)),
         _closed("chunked-prefill", "prompts of 3,000-9,000 tokens cut into 2,048-token chunks",
                 ServerFlags(max_total_tokens=60000), seed=13, n=48, conc=8, input_range=(3000, 9000),
                 output_range=(10, 80)),

@@ -74,6 +74,7 @@ def test_compare_reports_the_first_divergent_step_and_field() -> None:
     ours["steps"][7]["retracted"] = ["a"]
     c = compare_scheduler("x", theirs, ours)
     assert not c.ok and c.divergent == 2 and c.compared == 10
+    assert c.hit_tokens_ours == c.hit_tokens_sglang == 0  # the requests' reported cached tokens
     assert (c.first.where, c.first.field, c.first.ours, c.first.sglang) == ("step 4", "n_dec", 2, 1)
     assert "step 4: n_dec ours 2 vs SGLang 1" in format_row(c)
 
