@@ -34,6 +34,12 @@ window.addEventListener('load', () => {
 </script>"""
 
 
+@pytest.fixture(autouse=True)
+def _chromium() -> str:
+    """Every test here needs the browser: skip (or, under CI, fail) before simulating anything."""
+    return require_tool("chromium")
+
+
 def _render(html: Path, tmp: Path) -> list[dict]:
     chromium = require_tool("chromium")
     probe = tmp / f"probe-{html.name}"
