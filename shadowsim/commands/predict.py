@@ -21,7 +21,7 @@ Examples:
 
 JSON summary keys: num_requests, throughput_rps, output_tokens_per_s, ttft_ms/tpot_ms/itl_ms/e2e_ms/queue_ms
 ({mean,p50,p90,p99}), cache_hit_rate (cached prompt tokens / prompt tokens), kv_peak_usage (0-1),
-num_retractions, steps, sim_time_s, wall_time_s, offered_rps, warnings, the resolved server configuration under
+num_retractions, steps, sim_time_s, wall_time_s, offered_rps, num_rejected_context, warnings, the resolved server configuration under
 "server" and the GPU memory breakdown under "memory" (bytes per GPU). With --replicas N: "replicas" and
 "intervals_p5_p95" ({figure: {p5, p95}} over the N runs, e.g. ttft_p90_ms, throughput_rps).
 

@@ -60,6 +60,8 @@ def test_prompts_beyond_the_context_are_refused_or_counted(tmp_path: Path, capsy
                                          "output_len": 8}) + "\n" for i in range(10)))
     s, err = _json(capsys, "predict", "--model", "Qwen/Qwen3-8B", "--gpu", "h200_sxm", "--trace", str(trace))
     assert any("3 of 10 prompts are at least the 40960-token context length" in w for w in s["warnings"])
+    assert s["num_rejected_context"] == 3 and s["num_requests"] == 7  # refused like SGLang's tokenizer does
+    assert "left out" in err
 
 
 def test_repeated_trace_warnings_are_summarised(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
