@@ -97,6 +97,9 @@ def test_catalogue_commands(capsys: pytest.CaptureFixture[str]) -> None:
     gpus, _ = _json(capsys, "gpus")
     h100 = next(g for g in gpus if g["name"] == "h100_sxm")
     assert h100["memory_gib"] == pytest.approx(79.6, abs=0.5) and h100["peak_tflops"]["bf16"] > 900
+    every, _ = _json(capsys, "models", "--all")
+    gap = {m["id"]: m["not_modelled"] for m in every if "not_modelled" in m}
+    assert "sliding-window" in gap["openai/gpt-oss-20b"] and len(every) == len(models) + len(gap)
     assert main(["models", "--filter", "qwen3-vl"]) == 0
     out = capsys.readouterr().out
     assert "Qwen/Qwen3-VL-8B-Instruct" in out and "Llama" not in out
