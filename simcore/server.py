@@ -152,6 +152,8 @@ class Server(ResultProcessor):
         if spec.rid in self.reqs:
             raise ValueError(f"duplicate request id {spec.rid!r}")
         req = Req.from_spec(spec, self.max_req_len, self.clk)
+        if spec.input_len >= self.max_req_len - 5:  # SGLang's max_req_input_len: aborted with its error
+            req.abort_for_length(self.max_req_len - 5)
         ev = self.env.event()
         self.reqs[spec.rid] = req
         self.events[spec.rid] = ev
@@ -426,8 +428,10 @@ class Server(ResultProcessor):
     def _group(self, r: Req) -> int:
         return 1 if (self.fam == "0.5.23" and r.ignore_eos) else 0
 
-    def _match(self, r: Req, t: float) -> None:
-        m = self.kv.match(r.key, r.fill_len, t)
+    def _match(self, r: Req, t: float, capped: bool = True) -> None:
+        """Admission's match (capped at ``len − 1``) or, ``capped=False``, the scheduling pass's (whole fill)."""
+        kv = self.kv
+        m = kv.match(r.key, r.fill_len, t) if capped else kv.match_full(r.key, r.fill_len, t)
         r.prefix_len, r.last_node = m.prefix_len, m.node
 
     def _prefill(self, t: float, zombies: list[Req]) -> Batch | None:
@@ -443,13 +447,14 @@ class Server(ResultProcessor):
             self.batch_is_full = True
             return None
         kv = self.kv
-        pol = order_waiting(self.waiting, s, self.rng, lambda r: self._match(r, t))
+        pol = order_waiting(self.waiting, s, self.rng, lambda r: self._match(r, t, capped=False))
         if self.refresh_on and self.waiting and pol in ("fcfs", "lof", "random"):
             self._touch_waiting(t)
         mixed = s.enable_mixed_chunk and s.chunking_enabled
         adder = PrefillAdder(s, kv.available, kv.lock, kv.unlock,
                              self._running_reservation(self.ratio.current), self.ratio.current,
-                             running_bs if mixed else 0, self.fam)
+                             running_bs if mixed else 0, self.fam,
+                             running=lambda: (*self.R.values(), *self.F.values()))
         ch = self.chunked
         if ch is not None:
             self.chunked = adder.add_chunked_req(ch, ch.fill_target - ch.extend_end)
@@ -707,6 +712,8 @@ class Server(ResultProcessor):
             r.o0 -= 1  # its in-flight token is dropped when that result is processed (is_retracted)
             inf.drop(r)
         self.kv.release(r.node, held)
+        self.seq += 1
+        r.key_outputs(-(self.seq << 32))  # its outputs are real tokens of its next fill
         want = len(self.R) * self.s.retract_decode_steps
         if self.kv.free < want:
             self.kv.evict(want - self.kv.free)
