@@ -75,6 +75,7 @@ class StepLatencyModel:
         precision = serving_precision(model, precision)
         self.precision = precision
         self.profile = profile
+        self.frontend_s = profile.frontend_s  # host latency per request outside the loop (CalibrationProfile)
         self.kv_bytes = kv_dtype_bytes
         self.shapes: RankShapes = rank_shapes(model, tp)
         self.backend = backend
