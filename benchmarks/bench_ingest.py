@@ -6,8 +6,10 @@ with many requests in flight.
 timestamp prefix moved forward (the rest of each line is SGLang's, byte for byte), into ``N`` records on a
 4-partition topic of the embedded broker (keyed by instance, as a log shipper would). Then ``python -m shadowsim
 run`` is started as its own process; the figure is records applied per wall second between the first and the last
-record applied (read from its ``/metrics``; the process start and group join are outside the window). Each
-record holds one line, so records = events offered (``events_applied`` says how many events they gave).
+record applied (read from its ``/metrics``; the process start and group join are outside the window); and
+``events_per_cpu_s``, the same records per CPU second the process used in that window (``/proc``): what one free
+core gives, on a machine whose cores are shared (``cpu_share`` = the share of a core the process had). Each record
+holds one line (``events_per_record`` = 1).
 
 ``us_per_event_pending_10`` / ``us_per_event_pending_4000`` — one instance with that many requests in flight (arrived,
 not finished: each new arrival is matched by the finish of the oldest one, plus a decode-batch line per request,
@@ -94,6 +96,12 @@ def _scrape_processed(port: int) -> int | None:
     return total
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _free_port() -> int:
     import socket
 
@@ -123,17 +131,18 @@ def end_to_end(n: int) -> dict[str, float]:
                 "--exit-when-idle-s", "3", "--quiet", "--session-timeout-ms", "6000"]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        first: tuple[float, int] | None = None
-        last: tuple[float, int] = (0.0, 0)
+        first: tuple[float, int, float] | None = None
+        last: tuple[float, int, float] = (0.0, 0, 0.0)
         deadline = time.monotonic() + 600
         while proc.poll() is None and time.monotonic() < deadline:
             got = _scrape_processed(port)
             now = time.monotonic()
             if got:
+                cpu = _cpu_s(proc.pid)
                 if first is None:
-                    first = (now, got)
+                    first = (now, got, cpu)
                 if got > last[1]:
-                    last = (now, got)
+                    last = (now, got, cpu)
             time.sleep(0.05)
         err = proc.stderr.read().decode() if proc.stderr else ""
         rc = proc.wait(timeout=30)
@@ -146,9 +155,13 @@ def end_to_end(n: int) -> dict[str, float]:
     window = last[0] - first[0]
     # records applied inside the window: the ones counted after the first scrape
     per_event = events / min(n, 5000)
+    cpu = last[2] - first[2]
     return {"records": float(n), "events_per_record": per_event, "instances": float(len(corpus())),
             "events_per_s": (last[1] - first[1]) / window if window > 0 else float("nan"),
-            "window_s": window}
+            "window_s": window,
+            # the same records per CPU second of the `shadowsim run` process: the rate one free core gives
+            "events_per_cpu_s": (last[1] - first[1]) / cpu if cpu > 0 else float("nan"),
+            "cpu_share": cpu / window if window > 0 else float("nan")}
 
 
 def _pending_log(in_flight: int, steps: int) -> list[Any]:
@@ -220,7 +233,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if not args.json:
         print(f"ingest: {res['records']:,.0f} real SGLang log lines of {res['instances']:.0f} instances through the "
               f"embedded broker into one `shadowsim run` process")
-        print(f"  events/s end to end            {res['events_per_s']:>10,.0f}   (window {res['window_s']:.1f} s)")
+        print(f"  events/s end to end            {res['events_per_s']:>10,.0f}   (window {res['window_s']:.1f} s, "
+              f"the process had {res['cpu_share']:.0%} of a core)")
+        print(f"  events per CPU second          {res['events_per_cpu_s']:>10,.0f}")
         print(f"  µs/event, 10 requests in flight   {res['us_per_event_pending_10']:>7.1f}")
         print(f"  µs/event, 4000 requests in flight {res['us_per_event_pending_4000']:>7.1f}   "
               f"(ratio {res['pending_ratio']:.2f})")
