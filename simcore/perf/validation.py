@@ -207,8 +207,6 @@ def unsupported_reason(row: Row) -> str | None:
     """Why a row cannot be simulated faithfully, or None."""
     if row.unsupported:
         return row.unsupported
-    if row.ep > 1:
-        return f"expert parallelism (ep={row.ep}) is not modelled"
     if row.dp_attention > 1:
         return f"DP attention (dp_attention={row.dp_attention}) is not modelled"
     if row.isl is None or row.osl is None or row.isl < 1 or row.osl < 1:
@@ -254,7 +252,7 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
     from simcore.gpus import load_gpu
     from simcore.memory import size_kv_pool
     from simcore.models import load_model
-    from simcore.perf import build_latency_model
+    from simcore.perf import ParallelLayout, build_latency_model
     from simcore.settings import ServerSettings, resolve
     from simcore.workload import ClosedLoop, OpenLoop
 
@@ -262,13 +260,14 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
     gpu = load_gpu(row.gpu)
     precision = row.precision or model.default_precision
     p = protocol or Protocol()
-    settings = resolve(ServerSettings(sglang_version=row.sglang_version, tp_size=row.tp,
+    settings = resolve(ServerSettings(sglang_version=row.sglang_version, tp_size=row.tp, ep_size=row.ep,
                                       max_total_tokens=row.max_total_tokens,
                                       output_path_s_per_step=p.output_path_s_per_step,
                                       output_path_s_per_token=p.output_path_s_per_token,
                                       tokenizer_s_per_request=p.tokenizer_s_per_request), gpu.memory_bytes)
     pool = size_kv_pool(model, gpu, settings, precision)
-    latency = build_latency_model(model, gpu, row.tp, precision, backend=backend, profile=profile)
+    latency = build_latency_model(model, gpu, row.tp, precision, backend=backend, profile=profile,
+                                  parallel=ParallelLayout.from_settings(settings, gpu))
     prompt, output = lengths(p.length_dist or row.length_dist, row.isl, row.osl, p.prompt_overhead_tokens)
     warmup = 0
     if row.concurrency is not None and row.request_rate is None:
