@@ -183,3 +183,37 @@ def speculative_decode_rate(config: SpeculativeConfig, target: LatencyModel, dra
     st = config.iteration_time(target, draft, batch, sum_kv, accept_len)
     period = st.gpu_s if overlap else st.gpu_s + st.cpu_s
     return accept_len / period
+
+
+@dataclass
+class SpeculativeLatencyModel:
+    """A `LatencyModel` for a speculative server in the one-token-per-step scheduler of `simcore.server`.
+
+    The simulated server emits one token per request per decode step; a speculative server emits L per
+    iteration. With E[L] = the acceptance's mean, a decode step of this model costs one speculative iteration
+    divided by E[L]: the time per token, hence TPOT, throughput and KV growth per second, is the speculative
+    server's; the burstiness of the L tokens (ITL spread) is not. Prefill and mixed steps also run the draft
+    model's extend over the new tokens (its KV and hidden states)."""
+
+    config: SpeculativeConfig
+    target: LatencyModel
+    draft: LatencyModel
+    acceptance: AcceptanceModel
+    name: str = ""
+    profile_hash: str = ""
+
+    def __post_init__(self) -> None:
+        self.name = self.name or f"{self.target.name}+{self.config.algorithm.lower()}"
+        self.profile_hash = self.profile_hash or self.target.profile_hash
+
+    def step_time(self, shape: BatchShape) -> StepTime:
+        if shape.mode == "idle":
+            return self.target.step_time(shape)
+        if shape.mode == "decode":
+            bs = shape.num_decode
+            mean = self.acceptance.mean()
+            it = self.config.iteration_time(self.target, self.draft, bs, shape.decode_sum_kv, mean)
+            return StepTime(it.gpu_s / mean, it.cpu_s)
+        base = self.target.step_time(shape)
+        extra = self.draft.step_time(BatchShape(extend_lens=shape.extend_lens, prefix_lens=shape.prefix_lens))
+        return StepTime(base.gpu_s + extra.gpu_s, base.cpu_s)

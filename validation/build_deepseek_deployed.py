@@ -16,6 +16,11 @@ Rules (each output row says which one in ``deployment_note``):
 - ``twin``: a cfg row with a bit-identical R1 twin is dropped (the twin, whose id carries its flags, stays);
 - ``tp×ep``: a cfg row with ``ep`` > 1 and no twin (cfg199 on B200, cfg717/cfg718 on B300) gets ``tp`` =
   ``tp / ep`` by the same labelling (inferred, not proven by a twin);
+- ``memory``: B200 fp8 TP4 rows (five) get ``--mem-fraction-static 0.95`` appended to ``server_args``: SGLang
+  0.5.9's default fraction on a 179 GiB B200 (0.855, ``simcore.memory.default_mem_fraction_static``) leaves
+  −4.6 GiB for the KV cache after 156.7 GiB of fp8 weights per rank, so the measured server cannot have run with
+  it (SGLang refuses to start: "Not enough memory"); 0.95 is an assumption, not a record (it gives a 188k-token
+  pool). It takes effect where ``validate`` reads ``server_args``;
 - ``as labelled``: everything else is copied unchanged.
 
     python validation/build_deepseek_deployed.py           # writes the CSV
@@ -53,7 +58,10 @@ def build(source: Path) -> tuple[list[str], list[dict[str, str]]]:
             m = _FLAGS_IN_ID.search(twin["id"])
             assert m is not None and int(r["tp"]) == int(m.group(1)) * int(m.group(2)), (r["id"], twin["id"])
             continue  # rule "twin"
-        if _CFG_ID.search(r["id"]) and int(r["ep"]) > 1:
+        if r["gpu"] == "b200_sxm" and r["precision"] == "fp8" and int(r["tp"]) == 4:
+            r["server_args"] = (r["server_args"] + " --mem-fraction-static 0.95").strip()
+            r["deployment_note"] = "memory: --mem-fraction-static 0.95 assumed (the default leaves no KV cache)"
+        elif _CFG_ID.search(r["id"]) and int(r["ep"]) > 1:
             r["tp"] = str(int(r["tp"]) // int(r["ep"]))
             r["deployment_note"] = "tp×ep: tp column divided by ep (same labelling as the twinned cfg rows)"
         else:

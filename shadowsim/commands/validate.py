@@ -13,7 +13,7 @@ Protocol (aiconfigurator's generated aiperf benchmark; docs/accuracy.md §3.1): 
 content, ignore_eos) to the chat endpoint, whose template adds a few prompt tokens; 2 × concurrency warm-up
 requests are simulated and left out, then 20 × concurrency requests (or num_requests) are measured. Otherwise
 Poisson arrivals at request_rate. Mean TTFT, mean per-request TPOT, throughput over the measured requests.
-Rows that cannot be simulated (unknown model or GPU, expert parallelism, DP attention) are listed as skipped
+Rows that cannot be simulated (unknown model or GPU, DP attention) are listed as skipped
 with the reason; they never stop the run. See docs/accuracy.md.
 
 Examples:

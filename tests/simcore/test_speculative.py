@@ -72,3 +72,19 @@ def test_draft_model_is_one_layer_of_the_target() -> None:
     assert (mtp.num_layers, mtp.num_moe_layers, mtp.hidden_size, mtp.vocab_size) == (1, 1, 7168, ds.vocab_size)
     dense = draft_model_spec(load_model("Qwen/Qwen3-32B"), "EAGLE")
     assert (dense.num_layers, dense.num_dense_layers) == (1, 1)
+
+
+def test_latency_model_prices_a_decode_step_per_accepted_token() -> None:
+    from simcore.perf.base import BatchShape
+    from simcore.speculative import SpeculativeLatencyModel
+
+    target, draft = LinearLatencyModel(), LinearLatencyModel(base_s=0.001)
+    cfg = SpeculativeConfig("NEXTN", 3, 1, 4)
+    acc = AcceptanceModel(4, 0.5)  # mean 1.875
+    lm = SpeculativeLatencyModel(cfg, target, draft, acc)
+    st = lm.step_time(BatchShape(num_decode=2, decode_sum_kv=2000, cuda_graph_bs=2))
+    iteration = cfg.iteration_time(target, draft, 2, 2000, 1.875).gpu_s  # draft extend of round(1.875) = 2 tokens
+    assert st.gpu_s == pytest.approx(iteration / 1.875)
+    prefill = BatchShape(extend_lens=(100,), prefix_lens=(0,))
+    assert lm.step_time(prefill).gpu_s == pytest.approx(target.step_time(prefill).gpu_s + 0.001 + 100 * 1e-4)
+    assert lm.name == "linear+nextn"
