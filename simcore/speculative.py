@@ -174,6 +174,12 @@ class OnlineAcceptance:
     def model(self) -> AcceptanceModel:
         return AcceptanceModel.from_mean(self.mean, self.max_len)
 
+    def snapshot(self) -> dict[str, float]:
+        return {"sum": self._sum, "weight": self._weight, "lines": self.lines}
+
+    def restore(self, data: dict[str, float]) -> None:
+        self._sum, self._weight, self.lines = float(data["sum"]), float(data["weight"]), int(data["lines"])
+
 
 def speculative_decode_rate(config: SpeculativeConfig, target: LatencyModel, draft: LatencyModel, batch: int,
                             sum_kv: int, accept_len: float, overlap: bool = False) -> float:

@@ -57,3 +57,30 @@ def test_a_line_without_requests_is_not_predicted() -> None:
     idle = DecodeBatch(instance_id="x", ts=1.0, source="t", event_id="1", running_reqs=0, kv_tokens=0,
                        token_usage=0.0, gen_throughput_tok_s=0.0, queue_reqs=0, accept_len=None)
     assert cad.observe(idle) is None and cad.acceptance.lines == 0
+
+
+def test_the_twin_learns_acceptance_from_accept_len_and_keeps_it_in_its_snapshot(shared_dir, tmp_path) -> None:
+    from shadowsim.shadow.config import InstanceConfig, ShadowConfig, SnapshotConfig
+    from shadowsim.shadow.engine import engine_factory
+    from shadowsim.shadow.service import ShadowService
+    from shadowsim.shadow.sources import MemorySource, Record
+
+    events = [it.event for it in iter_file_events(shared_dir / LOG, instance_id="eagle")
+              if isinstance(it.event, DecodeBatch)]
+    cfg = ShadowConfig(instances={"default": InstanceConfig(latency_backend="linear",
+                                                            settings={"speculative_num_steps": 3})},
+                       snapshot=SnapshotConfig(dir=tmp_path / "s", every_s=1e9, every_events=10_000))
+    recs = tuple(Record("sglang.events", 0, i, b"eagle", [ev]) for i, ev in enumerate(events))
+    svc = ShadowService(cfg, lambda a, r: MemorySource(recs, a, r), engine_factory, clock=lambda: 0.0)
+    svc.run(idle_timeout_s=0)
+    twin = svc.twins["eagle"]
+    # 7 lines of one request × 40 iterations each (older lines decayed by 0.999 per pass), prior 1 pass at 1.0
+    forgetting = [0.999 ** (40 * k) for k in range(6, -1, -1)]
+    hand = (sum(f * a * 40 for f, a in zip(forgetting, [e.accept_len for e in events]))
+            + 1.0 * 1.0) / (sum(f * 40 for f in forgetting) + 1.0)
+    assert twin.acceptance.lines == 7 and twin.acceptance.mean == pytest.approx(hand)
+    assert twin.acceptance.max_len == 4
+    again = type(twin)(twin.instance_id, twin.cfg, twin.time_cfg, twin.drift_cfg, engine_factory, lambda: 0.0)
+    again.restore(twin.snapshot())
+    assert again.acceptance.mean == twin.acceptance.mean
+    svc.close()
