@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 from simcore.errors import UserError
 from simcore.request import RequestSpec
-from simcore.settings import POLICIES
+from simcore.server_flags import add_server_flags, settings_fields
 
 TRACE_FORMATS = ("auto", "mooncake", "azure", "sharegpt", "jsonl")
 
@@ -74,39 +74,7 @@ def add_point_arguments(p: argparse.ArgumentParser, lists: frozenset[str] = froz
     g.add_argument("--profile", metavar="PROFILE.json", default=None,
                    help="calibration profile from `shadowsim calibrate` (default: the shipped one)")
     s = p.add_argument_group("server flags (SGLang names)")
-    s.add_argument("--sglang-version", default="0.5.9", help="version whose scheduler rules apply (default 0.5.9)")
-    add(s, "--schedule-policy", choices=POLICIES, default=None, help="queue policy (default: fcfs)")
-    add(s, "--chunked-prefill-size", type=int, default=None,
-        help="tokens per prefill chunk; -1 disables chunking (default: by GPU memory)")
-    s.add_argument("--max-prefill-tokens", type=int, default=16384, help="prefill token budget per batch")
-    add(s, "--max-running-requests", type=int, default=None, help="cap on running requests")
-    s.add_argument("--max-total-tokens", type=int, default=None,
-                   help="KV pool size in tokens; overrides the sizing from GPU memory (1000000000 = unlimited cache)")
-    s.add_argument("--mem-fraction-static", type=float, default=None, help="weights+KV share of GPU memory")
-    s.add_argument("--page-size", type=int, default=1, help="KV page size in tokens (default 1)")
-    s.add_argument("--kv-cache-dtype", default="auto", help="auto (model dtype), fp8_e4m3, fp8_e5m2")
-    s.add_argument("--context-length", type=int, default=None, help="model context length override")
-    s.add_argument("--disable-overlap-schedule", action="store_true", help="CPU and GPU work in series")
-    s.add_argument("--enable-mixed-chunk", action="store_true", help="decode rows ride along prefill chunks")
-    s.add_argument("--disable-radix-cache", action="store_true", help="no prefix caching")
-    s.add_argument("--disable-cuda-graph", action="store_true", help="decode runs eagerly")
-    s.add_argument("--cuda-graph-max-bs", type=int, default=None, help="largest captured decode batch")
-    s.add_argument("--prefill-max-requests", type=int, default=None,
-                   help="cap on requests admitted into one prefill batch (default: none)")
-    s.add_argument("--enable-priority-scheduling", action="store_true",
-                   help="order the queue by request priority (trace field 'priority'; fcfs or lof only); by "
-                        "default a running request is preempted by a waiting one more than "
-                        "--priority-scheduling-preemption-threshold more urgent when the batch is full")
-    s.add_argument("--schedule-low-priority-values-first", action="store_true",
-                   help="with priority scheduling: smaller priority values are more urgent (default: larger)")
-    s.add_argument("--priority-scheduling-preemption-threshold", type=int, default=10,
-                   help="priority difference a waiting request needs to preempt a running one (default 10)")
-    s.add_argument("--disable-priority-preemption", action="store_true",
-                   help="with priority scheduling: reorder the queue only, never preempt")
-    s.add_argument("--waiting-prefix-refresh", choices=("auto", "on", "off"), default="auto",
-                   help="SGLANG_ENABLE_WAITING_PREFIX_REFRESH: under fcfs/lof/random, refresh the LRU stamps of "
-                        "the waiting requests' cached prefixes every 32 passes (auto: as the version does, "
-                        "i.e. on for 0.5.23, absent in 0.5.9 and 0.4)")
+    add_server_flags(s, add)  # one table (simcore.server_flags) for predict, sweep and validate's server_args
     w = p.add_argument_group("workload")
     w.add_argument("--trace", default=None, metavar="PATH", help="replay a trace file")
     w.add_argument("--trace-format", default="auto", choices=TRACE_FORMATS,
@@ -141,21 +109,8 @@ def settings_from_args(args: argparse.Namespace, gpu_mem: int) -> Any:
     from simcore.settings import ServerSettings, resolve
 
     try:
-        s = ServerSettings(
-            sglang_version=args.sglang_version, schedule_policy=args.schedule_policy,
-            max_prefill_tokens=args.max_prefill_tokens, chunked_prefill_size=args.chunked_prefill_size,
-            max_running_requests=args.max_running_requests, mem_fraction_static=args.mem_fraction_static,
-            page_size=args.page_size, tp_size=args.tp, kv_cache_dtype=args.kv_cache_dtype,
-            context_length=args.context_length, disable_overlap_schedule=args.disable_overlap_schedule,
-            enable_mixed_chunk=args.enable_mixed_chunk, disable_radix_cache=args.disable_radix_cache,
-            disable_cuda_graph=args.disable_cuda_graph, cuda_graph_max_bs=args.cuda_graph_max_bs,
-            prefill_max_requests=getattr(args, "prefill_max_requests", None),
-            enable_priority_scheduling=getattr(args, "enable_priority_scheduling", False),
-            schedule_low_priority_values_first=getattr(args, "schedule_low_priority_values_first", False),
-            priority_scheduling_preemption_threshold=getattr(args, "priority_scheduling_preemption_threshold", 10),
-            disable_priority_preemption=getattr(args, "disable_priority_preemption", False),
-            enable_waiting_prefix_refresh={"on": True, "off": False}.get(
-                getattr(args, "waiting_prefix_refresh", "auto")))
+        # --max-total-tokens sizes the pool in simulate_point, not through the settings
+        s = ServerSettings(tp_size=args.tp, **settings_fields(args, skip=("max_total_tokens",)))
     except ValidationError as exc:
         err = exc.errors()[0]
         field = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "settings"

@@ -70,8 +70,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="... and per emitted token, µs (default 0; sources bound it to ≤ ~70–100 µs)")
     parser.add_argument("--tokenizer-us-per-request", type=float, default=0.0, metavar="US",
                         help="serial tokenizer in front of the scheduler: µs per arriving request (default 0)")
+    parser.add_argument("--client", default=None, choices=("aiperf", "bench_serving", "poisson"),
+                        help="override every row's client column: aiperf = closed loop, warm-up barrier (default "
+                             "for rows with concurrency); bench_serving = SGLang bench_serving random dataset "
+                             "(version's length rules, --random-range-ratio, seed, Poisson); poisson = Poisson "
+                             "arrivals with length_dist lengths (default for rows with a request_rate)")
+    parser.add_argument("--no-warmup-barrier", action="store_true",
+                        help="aiperf: start measuring right after the warm-up requests were sent, without waiting "
+                             "for their responses (one continuous loop; the old protocol)")
+    parser.add_argument("--server-args", default=None, metavar="FLAGS",
+                        help="SGLang launch flags for rows without a server_args column, e.g. "
+                             "'--enable-mixed-chunk --max-prefill-tokens 2524' (default: SGLang's defaults)")
+    parser.add_argument("--deployment", default="as-deployed", choices=("as-deployed", "defaults"),
+                        help="as-deployed = each row's server_args (else --server-args, else SGLang's defaults); "
+                             "defaults = ignore them and run SGLang's defaults (to compare)")
+    parser.add_argument("--variability", default="off", choices=("off", "measured"),
+                        help="random parts of a real run: measured = step-time jitter, run-to-run kernel factor "
+                             "and client/network delays of docs/accuracy.md 3.7 (default off)")
+    parser.add_argument("--replicas", type=int, default=1, metavar="N",
+                        help="simulate every row with N seeds (--seed, --seed+1, ...) and report p5/p50/p95 "
+                             "intervals of every figure (default 1; useful with --variability measured)")
+    parser.add_argument("--only", action="append", default=[], metavar="COLUMN=V1,V2",
+                        help="simulate only the rows whose COLUMN is one of the values (repeatable, all must "
+                             "hold), e.g. --only tp=8 --only ep=1 --only precision=fp8")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
 
+
+
+def select_rows(path: str | Path, rows: list[Any], only: list[str]) -> list[Any]:
+    """The rows of ``path`` whose columns match every ``COLUMN=V1,V2`` of ``only`` (values compared as text,
+    numbers as numbers: tp=8 matches 8 and 8.0)."""
+    if not only:
+        return rows
+    with Path(path).open(newline="") as fh:
+        records = list(csv.DictReader(fh))
+    keep = [True] * len(records)
+    for cond in only:
+        col, eq, vals = cond.partition("=")
+        col = col.strip()
+        if not eq or not col:
+            raise UserError("--only", f"{cond!r} is not COLUMN=VALUE", "e.g. --only tp=8")
+        if records and col not in records[0]:
+            raise UserError("--only", f"no column {col!r} in {path}", f"columns: {', '.join(records[0])}")
+        wanted = {_norm(v) for v in vals.split(",")}
+        keep = [k and _norm(r.get(col) or "") in wanted for k, r in zip(keep, records)]
+    return [row for row, k in zip(rows, keep) if k]
+
+
+def _norm(v: str) -> str:
+    v = v.strip().lower()
+    try:
+        return repr(float(v))
+    except ValueError:
+        return v
 
 
 def read_rows(path: str | Path) -> list[Any]:
@@ -96,7 +147,9 @@ def _fmt(v: Any, nd: int = 1) -> str:
 def run(args: argparse.Namespace) -> int:
     from simcore.perf.profile import CalibrationProfile
     from simcore.perf.validation import Protocol, validate
+    from simcore.variability import Variability, replica_seeds
 
+    replica_seeds(args.seed, args.replicas)  # a bad count fails before any simulation
     defaults = Protocol()
     protocol = Protocol(
         requests_per_client=defaults.requests_per_client if args.requests_per_client is None
@@ -106,8 +159,11 @@ def run(args: argparse.Namespace) -> int:
         else args.prompt_overhead_tokens,
         length_dist=args.length_dist, output_path_s_per_step=args.output_path_us_per_step * 1e-6,
         output_path_s_per_token=args.output_path_us_per_token * 1e-6,
-        tokenizer_s_per_request=args.tokenizer_us_per_request * 1e-6)
-    rows = read_rows(args.measurements)
+        tokenizer_s_per_request=args.tokenizer_us_per_request * 1e-6, client=args.client,
+        warmup_barrier=not args.no_warmup_barrier, server_args=args.server_args,
+        use_server_args=args.deployment == "as-deployed",
+        variability=Variability.measured() if args.variability == "measured" else None)
+    rows = select_rows(args.measurements, read_rows(args.measurements), args.only)
     profile = CalibrationProfile.load(args.profile) if args.profile else None
 
     def progress(i: int, n: int, row: Any) -> None:
@@ -115,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"[{i + 1}/{n}] {row.id}", file=sys.stderr, flush=True)
 
     out = validate(rows, profile=profile, backend=args.latency_backend, seed=args.seed, protocol=protocol,
-                   progress=progress)
+                   progress=progress, replicas=args.replicas)
     out.pop("_results", None)
     if args.out:
         _write_rows(args.out, out["rows"])
@@ -132,28 +188,51 @@ def _write_rows(path: str, rows: list[dict[str, Any]]) -> None:
             if not rows:
                 fh.write("")
                 return
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            flat = [{k: ("; ".join(v) if isinstance(v, list) else json.dumps(v) if isinstance(v, dict) else v)
+                     for k, v in r.items()} for r in rows]
+            w = csv.DictWriter(fh, fieldnames=list(flat[0]))
             w.writeheader()
-            w.writerows(rows)
+            w.writerows(flat)
     except OSError as exc:
         raise UserError("--out", f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _print_tables(out: dict[str, Any]) -> None:
-    head = (f"{'id':<40} {'tp':>2} {'isl':>5} {'osl':>4} {'conc':>4} | {'TTFT ms pred':>12} {'meas':>9} {'err%':>6} |"
-            f" {'TPOT ms pred':>12} {'meas':>7} {'err%':>6} | {'req/s pred':>10} {'meas':>7} {'err%':>6}")
+    head = (f"{'id':<40} {'tp':>2} {'isl':>5} {'osl':>4} {'conc':>4} | {'TTFT ms pred':>12} {'meas':>9} {'err%':>6}"
+            f" {'p10':>8} {'p50':>8} {'p90':>8} | {'TPOT ms pred':>12} {'meas':>7} {'err%':>6} |"
+            f" {'e2e ms pred':>11} {'meas':>9} {'err%':>6} | {'req/s pred':>10} {'meas':>7} {'tok/s':>8} | lockstep")
     print(head)
     print("-" * len(head))
     for r in out["rows"]:
+        lock = r.get("lockstep_index")
         print(f"{str(r['id'])[-40:]:<40} {r['tp']:>2} {r['isl']:>5} {r['osl']:>4} {_fmt(r['concurrency'], 0):>4} |"
-              f" {_fmt(r['predicted_ttft_ms']):>12} {_fmt(r['measured_ttft_ms']):>9} {_fmt(r['ttft_ape_pct']):>6} |"
+              f" {_fmt(r['predicted_ttft_ms']):>12} {_fmt(r['measured_ttft_ms']):>9} {_fmt(r['ttft_ape_pct']):>6}"
+              f" {_fmt(r.get('predicted_ttft_p10_ms')):>8} {_fmt(r.get('predicted_ttft_p50_ms')):>8}"
+              f" {_fmt(r.get('predicted_ttft_p90_ms')):>8} |"
               f" {_fmt(r['predicted_tpot_ms'], 2):>12} {_fmt(r['measured_tpot_ms'], 2):>7} {_fmt(r['tpot_ape_pct']):>6} |"
+              f" {_fmt(r['predicted_e2e_ms'], 0):>11} {_fmt(r['measured_e2e_ms'], 0):>9} {_fmt(r['e2e_ape_pct']):>6} |"
               f" {_fmt(r['predicted_throughput_rps'], 3):>10} {_fmt(r['measured_throughput_rps'], 3):>7}"
-              f" {_fmt(r['throughput_ape_pct']):>6}")
+              f" {_fmt(r.get('predicted_output_tokens_per_s'), 0):>8} | {_fmt(lock, 2)}")
+    deployments: dict[str, int] = {}
+    for r in out["rows"]:
+        deployments[r["deployment"]] = deployments.get(r["deployment"], 0) + 1
     print()
-    print(f"{'metric':<11} {'n':>3} {'MAPE %':>8} {'median %':>9} {'P90 %':>7}")
+    for d, n in deployments.items():
+        print(f"{n} row(s) simulated {d}")
+    warned = [r for r in out["rows"] if r.get("warnings")]
+    if warned:
+        print(f"warning: {len(warned)} row(s) move in lockstep waves in the simulation (lockstep index >= 0.5):"
+              f" {', '.join(str(r['id']) for r in warned[:6])}{' ...' if len(warned) > 6 else ''}")
+    print()
+    iv = out.get("intervals") or {}
+    extra = f" {'MAPE p5–p95 over ' + str(len(out.get('seeds', []))) + ' seeds':>28}" if iv else ""
+    print(f"{'metric':<11} {'n':>3} {'MAPE %':>8} {'median %':>9} {'P90 %':>7}{extra}")
     for m, s in out["summary"].items():
-        print(f"{m:<11} {s['n']:>3} {_fmt(s['mape']):>8} {_fmt(s['median_ape']):>9} {_fmt(s['p90_ape']):>7}")
+        line = f"{m:<11} {s['n']:>3} {_fmt(s['mape']):>8} {_fmt(s['median_ape']):>9} {_fmt(s['p90_ape']):>7}"
+        mi = iv.get(m, {}).get("mape")
+        if mi:
+            line += f" {_fmt(mi['p5']):>13} – {_fmt(mi['p95'])}"
+        print(line)
     if out["skipped"]:
         print(f"\nskipped {len(out['skipped'])} row(s):")
         for s in out["skipped"]:

@@ -7,7 +7,14 @@ the real server reported), ``warmup_requests`` (total warm-up requests; blank = 
 ``length_dist`` (``fixed``, the default: every request has exactly ``isl``/``osl`` tokens; ``sharegpt``: lengths
 drawn from `SHAREGPT_SHAPE_*` scaled to means ``isl``/``osl``; ``exponential``: the same with
 `EXPONENTIAL_SHAPE`), ``unsupported`` (a reason the row cannot be simulated,
-e.g. speculative decoding, written by whoever built the file; the row is then skipped with it).
+e.g. speculative decoding, written by whoever built the file; the row is then skipped with it), ``server_args``
+(the real server's SGLang launch flags exactly as typed, parsed by `simcore.server_flags` — the flag table of
+``shadowsim predict``; blank: the server ran SGLang's defaults, and the row is labelled so), ``client``
+(``aiperf``: closed loop with aiperf's warm-up barrier, the default with ``concurrency``; ``bench_serving``:
+SGLang's bench_serving random dataset, Poisson at ``request_rate`` or ``inf`` with ``concurrency`` as
+``--max-concurrency``; ``poisson``: Poisson arrivals with ``length_dist`` lengths, the default with a rate),
+``random_range_ratio`` and ``seed`` (bench_serving's ``--random-range-ratio``, default 0.0, and ``--seed``,
+default 1).
 
 Benchmark protocol (docs/accuracy.md §3.1 gives the sources): the one aiconfigurator generates for its SGLang
 deployments (``bench_run.sh``: aiperf, chat endpoint, streaming, ``ignore_eos``, zero length spread):
@@ -18,10 +25,15 @@ deployments (``bench_run.sh``: aiperf, chat endpoint, streaming, ``ignore_eos``,
 - the server sees ``isl + prompt_overhead_tokens`` prompt tokens: the chat endpoint wraps the prompt in the
   model's chat template (ChatML: ``<|im_start|>user\n`` … ``<|im_end|>\n<|im_start|>assistant\n``, 8 tokens);
 - closed loop: ``WARMUP_PER_CLIENT`` × concurrency warm-up requests first (aiperf ``--warmup-request-count``),
-  simulated but left out of the statistics, then ``num_requests`` when given, else ``REQUESTS_PER_CLIENT`` ×
-  concurrency (aiperf ``--num-requests``); open loop: ``num_requests`` or 200, no warm-up;
-- statistics over the profiled requests: mean TTFT; mean TPOT = mean over requests of (e2e − TTFT)/(osl − 1);
-  throughput = completed / (last finish − first arrival).
+  simulated but left out of the statistics; aiperf waits for every warm-up response before its profiling phase
+  (`simcore.benchmark_clients.AiperfClosedLoop`), then ``num_requests`` when given, else
+  ``REQUESTS_PER_CLIENT`` × concurrency (aiperf ``--num-requests``); open loop: ``num_requests`` or 200, no
+  warm-up;
+- statistics over the profiled requests, as the client timed them (`simcore.variability` client delays when
+  on): mean TTFT and its p10/p50/p90; mean TPOT = mean over requests of (e2e − TTFT)/(osl − 1); mean e2e;
+  throughput = completed / (last finish − first arrival), in requests and output tokens per second; the
+  lockstep index of the closed loop's arrivals (`simcore.benchmark_clients.lockstep_index`, window half the
+  mean TPOT) with a warning at ``LOCKSTEP_WARNING`` or more.
 """
 from __future__ import annotations
 
@@ -33,6 +45,8 @@ import numpy as np
 
 from simcore.errors import UserError
 from simcore.perf.profile import CalibrationProfile
+from simcore.server_flags import parse_server_args
+from simcore.variability import Variability
 
 # aiconfigurator's generated benchmark (bench_run.sh.j2): --num-requests C × 20, --warmup-request-count C × 2
 REQUESTS_PER_CLIENT = 20
@@ -60,10 +74,13 @@ SHAREGPT_SHAPE_OUTPUT = (0.791, 0.808, 0.818, 0.831, 0.844, 0.863, 0.885, 0.903,
 _EXP_QUANTILES = tuple(-math.log(1.0 - (i + 0.5) / 50) for i in range(50))
 EXPONENTIAL_SHAPE = tuple(x / (sum(_EXP_QUANTILES) / 50) for x in _EXP_QUANTILES)
 LENGTH_DISTS = ("fixed", "sharegpt", "exponential")
+CLIENTS = ("aiperf", "bench_serving", "poisson")
+LOCKSTEP_WARNING = 0.5  # lockstep index at or above which a row is flagged (half the clients arrive as one wave)
 COLUMNS = ("id", "model", "gpu", "precision", "tp", "ep", "dp_attention", "isl", "osl", "concurrency",
            "request_rate", "num_requests", "sglang_version", "measured_ttft_ms", "measured_tpot_ms",
            "measured_throughput_rps")
-METRICS = ("ttft", "tpot", "throughput")
+METRICS = ("ttft", "tpot", "throughput", "e2e")
+_UNITS = {"ttft": "ms", "tpot": "ms", "throughput": "rps", "e2e": "ms"}
 _RID = "req-"
 
 
@@ -89,6 +106,22 @@ class Row:
     warmup_requests: int | None = None  # optional column: total warm-up requests (None: protocol default)
     length_dist: str = "fixed"  # optional column: "fixed" or "sharegpt" (see LENGTH_DISTS)
     unsupported: str | None = None  # optional column: why the file's author says the row cannot be simulated
+    server_args: str | None = None  # optional column: the SGLang launch flags as typed (None: SGLang defaults)
+    server_settings: dict[str, Any] = field(default_factory=dict)  # ServerSettings fields from server_args
+    client: str | None = None  # optional column: aiperf / bench_serving / poisson (None: by the row's load)
+    random_range_ratio: float | None = None  # optional column: bench_serving --random-range-ratio (None: 0.0)
+    seed: int | None = None  # optional column: the benchmark client's seed (bench_serving --seed; None: 1)
+
+    @property
+    def deployment(self) -> str:
+        """How the server is simulated: as deployed (the row's flags) or at SGLang's defaults."""
+        return f"as deployed: {self.server_args}" if self.server_args else "SGLang defaults (no server_args)"
+
+    def client_name(self) -> str:
+        """The benchmark client: the column, else aiperf for a closed loop and poisson for a rate."""
+        if self.client:
+            return self.client
+        return "aiperf" if self.concurrency is not None and self.request_rate is None else "poisson"
 
 
 def _num(v: str | None, kind: type, field_name: str, rid: str) -> Any:
@@ -105,6 +138,13 @@ def _length_dist(v: str | None, rid: str) -> str:
     if name not in LENGTH_DISTS:
         raise UserError("length_dist", f"row {rid}: unknown length distribution {name!r}",
                         f"use one of: {', '.join(LENGTH_DISTS)}")
+    return name
+
+
+def _choice(v: str | None, allowed: tuple[str, ...], column: str, rid: str) -> str | None:
+    name = (v or "").strip().lower() or None
+    if name is not None and name not in allowed:
+        raise UserError(column, f"row {rid}: unknown {column} {name!r}", f"use one of: {', '.join(allowed)}")
     return name
 
 
@@ -156,30 +196,56 @@ def rows_from_records(records: Iterable[dict[str, str]], fieldnames: Sequence[st
             warmup_requests=_num(r.get("warmup_requests"), int, "warmup_requests", rid),
             length_dist=_length_dist(r.get("length_dist"), rid),
             unsupported=(r.get("unsupported") or "").strip() or None,
+            server_args=" ".join((r.get("server_args") or "").split()) or None,
+            server_settings=parse_server_args(r.get("server_args"), f"row {rid}",
+                                              tp=_num(r.get("tp"), int, "tp", rid) or 1),
+            client=_choice(r.get("client"), CLIENTS, "client", rid),
+            random_range_ratio=_num(r.get("random_range_ratio"), float, "random_range_ratio", rid),
+            seed=_num(r.get("seed"), int, "seed", rid),
         ))
     return rows
 
 
 @dataclass
 class RowResult:
-    """Predicted vs measured for one row; errors are absolute percentage errors (None when not measured)."""
+    """Predicted vs measured for one row; errors are absolute percentage errors (None when not measured).
+
+    ``extra``: the other per-row figures (TTFT p10/p50/p90, output tokens/s, lockstep index, warnings);
+    ``intervals``: with replicas, p5/p50/p95 over the replicas of every predicted figure.
+    """
 
     row: Row
     predicted: dict[str, float]
     ape: dict[str, float | None] = field(default_factory=dict)
     wall_s: float = 0.0
     requests: int = 0  # measured (non-warm-up, completed) requests behind the statistics
+    extra: dict[str, Any] = field(default_factory=dict)
+    intervals: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         r = self.row
         out: dict[str, Any] = {"id": r.id, "model": r.model, "gpu": r.gpu, "tp": r.tp, "isl": r.isl, "osl": r.osl,
-                               "concurrency": r.concurrency, "request_rate": r.request_rate}
+                               "concurrency": r.concurrency, "request_rate": r.request_rate,
+                               "deployment": r.deployment, "client": r.client_name()}
         for m in METRICS:
-            unit = "rps" if m == "throughput" else "ms"
+            unit = _UNITS[m]
             out[f"predicted_{m}_{unit}"] = self.predicted.get(m)
-            out[f"measured_{m}_{unit}"] = r.measured.get(m)
+            out[f"measured_{m}_{unit}"] = measured_value(r, m)
             out[f"{m}_ape_pct"] = self.ape.get(m)
+        out.update(self.extra)
+        if self.intervals:
+            out["intervals"] = self.intervals
         return out
+
+
+def measured_value(row: Row, metric: str) -> float | None:
+    """The row's measurement of ``metric``; e2e is derived as TTFT + TPOT × (osl − 1) for fixed lengths."""
+    if metric != "e2e":
+        return row.measured.get(metric)
+    ttft, tpot = row.measured.get("ttft"), row.measured.get("tpot")
+    if ttft is None or tpot is None or row.length_dist != "fixed" or row.osl is None:
+        return None
+    return ttft + tpot * (row.osl - 1)
 
 
 def ape(predicted: float, measured: float | None) -> float | None:
@@ -229,6 +295,11 @@ class Protocol:
     output_path_s_per_step: float = 0.0
     output_path_s_per_token: float = 0.0
     tokenizer_s_per_request: float = 0.0
+    client: str | None = None  # overrides every row's client (None: the row's column, else by its load)
+    warmup_barrier: bool = True  # aiperf: profiling starts when every warm-up response is back
+    server_args: str | None = None  # flags for rows without a server_args column (None: SGLang defaults)
+    use_server_args: bool = True  # False: every row at SGLang's defaults, its server_args ignored (comparisons)
+    variability: Variability | None = None  # None / off: the deterministic simulator (docs/accuracy.md §3.7)
 
     def __post_init__(self) -> None:
         if self.requests_per_client < 1:
@@ -243,68 +314,152 @@ class Protocol:
         if self.length_dist is not None and self.length_dist not in LENGTH_DISTS:
             raise UserError("--length-dist", f"unknown length distribution {self.length_dist!r}",
                             f"use one of: {', '.join(LENGTH_DISTS)}")
+        if self.client is not None and self.client not in CLIENTS:
+            raise UserError("--client", f"unknown client {self.client!r}", f"use one of: {', '.join(CLIENTS)}")
+        if self.server_args is not None:
+            parse_server_args(self.server_args, "--server-args")  # fail before any row runs
+
+
+def _row_settings(row: Row, p: Protocol) -> tuple[dict[str, Any], str | None]:
+    """ServerSettings fields of the row as deployed, and the flags they came from (None: SGLang defaults)."""
+    if not p.use_server_args:
+        return {}, None
+    if row.server_args:
+        return dict(row.server_settings), row.server_args
+    if p.server_args:
+        return parse_server_args(p.server_args, "--server-args", tp=row.tp), p.server_args
+    return {}, None
+
+
+def _workload(row: Row, p: Protocol, seed: int) -> tuple[Any, int, str]:
+    """(workload, number of warm-up requests to leave out, client name)."""
+    from simcore.benchmark_clients import AiperfClosedLoop, BenchServingOpenLoop
+    from simcore.workload import ClosedLoop, OpenLoop
+
+    client = p.client or row.client_name()
+    if client == "bench_serving":
+        rate = float("inf") if row.request_rate is None else float(row.request_rate)
+        n = row.num_requests or OPEN_LOOP_REQUESTS
+        ratio = 0.0 if row.random_range_ratio is None else row.random_range_ratio
+        # the row's seed is bench_serving's --seed (1 by default); replicas add their offset to it
+        wl = BenchServingOpenLoop(rate, n, row.isl, row.osl, range_ratio=ratio, seed=(1 if row.seed is None else row.seed) + seed,
+                                  sglang_version=row.sglang_version, max_concurrency=row.concurrency,
+                                  prompt_overhead_tokens=0, rid_prefix=_RID)
+        return wl, 0, client
+    prompt, output = lengths(p.length_dist or row.length_dist, row.isl, row.osl, p.prompt_overhead_tokens)
+    if client == "aiperf" and row.concurrency is not None:
+        n = row.num_requests or p.requests_per_client * row.concurrency
+        warmup = p.warmup_per_client * row.concurrency if row.warmup_requests is None else row.warmup_requests
+        if p.warmup_barrier:
+            return AiperfClosedLoop(row.concurrency, warmup, n, prompt, output, seed, rid_prefix=_RID), warmup, client
+        return ClosedLoop(row.concurrency, warmup + n, prompt, output, seed, rid_prefix=_RID), warmup, client
+    n = row.num_requests or OPEN_LOOP_REQUESTS
+    return OpenLoop(float(row.request_rate or 1.0), n, prompt, output, seed, rid_prefix=_RID), 0, "poisson"
 
 
 def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend: str = "auto",
                  seed: int = 0, protocol: Protocol | None = None) -> RowResult:
     """Run the row's benchmark in the simulator. Raises UserError when the model/GPU/precision is unknown."""
+    from pydantic import ValidationError
+
+    from simcore.benchmark_clients import lockstep_index
     from simcore.engine import simulate
     from simcore.gpus import load_gpu
     from simcore.memory import size_kv_pool
     from simcore.models import load_model
     from simcore.perf import ParallelLayout, build_latency_model
     from simcore.settings import ServerSettings, resolve
-    from simcore.workload import ClosedLoop, OpenLoop
+    from simcore.variability import ClientDelays, DelayedWorkload, client_records, with_variability
 
     model = load_model(row.model)
     gpu = load_gpu(row.gpu)
     precision = row.precision or model.default_precision
     p = protocol or Protocol()
-    settings = resolve(ServerSettings(sglang_version=row.sglang_version, tp_size=row.tp, ep_size=row.ep,
-                                      max_total_tokens=row.max_total_tokens,
-                                      output_path_s_per_step=p.output_path_s_per_step,
-                                      output_path_s_per_token=p.output_path_s_per_token,
-                                      tokenizer_s_per_request=p.tokenizer_s_per_request), gpu.memory_bytes)
+    flags, flags_text = _row_settings(row, p)
+    if row.max_total_tokens is not None and "max_total_tokens" not in flags:
+        flags["max_total_tokens"] = row.max_total_tokens
+    if row.ep > 1 and "ep_size" not in flags:  # the row's ep column is SGLang's --ep-size
+        flags["ep_size"] = row.ep
+    try:
+        settings = resolve(ServerSettings(sglang_version=row.sglang_version, tp_size=row.tp,
+                                          output_path_s_per_step=p.output_path_s_per_step,
+                                          output_path_s_per_token=p.output_path_s_per_token,
+                                          tokenizer_s_per_request=p.tokenizer_s_per_request, **flags),
+                           gpu.memory_bytes)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise UserError("server_args", f"row {row.id}: {flags_text}: {err['msg']}") from None
     pool = size_kv_pool(model, gpu, settings, precision)
     latency = build_latency_model(model, gpu, row.tp, precision, backend=backend, profile=profile,
                                   parallel=ParallelLayout.from_settings(settings, gpu))
-    prompt, output = lengths(p.length_dist or row.length_dist, row.isl, row.osl, p.prompt_overhead_tokens)
-    warmup = 0
-    if row.concurrency is not None and row.request_rate is None:
-        n = row.num_requests or p.requests_per_client * row.concurrency
-        warmup = p.warmup_per_client * row.concurrency if row.warmup_requests is None else row.warmup_requests
-        workload: Any = ClosedLoop(row.concurrency, warmup + n, prompt, output, seed, rid_prefix=_RID)
-    else:
-        n = row.num_requests or OPEN_LOOP_REQUESTS
-        workload = OpenLoop(float(row.request_rate or 1.0), n, prompt, output, seed, rid_prefix=_RID)
+    latency = with_variability(latency, p.variability, seed)
+    workload, warmup, client = _workload(row, p, seed)
+    delays = ClientDelays.from_variability(p.variability, seed)
+    if delays is not None:
+        workload = DelayedWorkload(workload, delays)
     res = simulate(settings, latency, workload, kv_capacity_tokens=pool.max_total_num_tokens, seed=seed,
                    max_running_requests=pool.max_running_requests, context_len=pool.context_len)
+    recs = res.records if delays is None else client_records(res.records, workload.offsets)
     # requests are numbered in sending order, so the warm-up ones are the first `warmup`
-    recs = [r for r in res.records if not r.aborted and int(r.rid[len(_RID):]) >= warmup]
+    recs = [r for r in recs if not r.aborted and int(r.rid[len(_RID):]) >= warmup]
     if not recs:
         raise UserError("MEASUREMENTS", f"row {row.id}: no request completed in the simulation",
                         "the model may not fit on this GPU/TP")
     span = max(r.finish_s for r in recs) - min(r.arrival_s for r in recs)
     tpots = [r.tpot_s for r in recs if r.tpot_s is not None]
+    ttfts_ms = np.asarray([r.ttft_s for r in recs]) * 1e3
     pred = {
-        "ttft": float(np.mean([r.ttft_s for r in recs])) * 1e3,
+        "ttft": float(ttfts_ms.mean()),
         "tpot": float(np.mean(tpots)) * 1e3 if tpots else float("nan"),
         "throughput": len(recs) / span if span > 0 else float("nan"),
+        "e2e": float(np.mean([r.e2e_s for r in recs])) * 1e3,
     }
-    return RowResult(row, pred, {m: ape(pred[m], row.measured.get(m)) for m in METRICS}, requests=len(recs))
+    p10, p50, p90 = (float(x) for x in np.percentile(ttfts_ms, [10, 50, 90]))
+    extra: dict[str, Any] = {
+        "predicted_ttft_p10_ms": p10, "predicted_ttft_p50_ms": p50, "predicted_ttft_p90_ms": p90,
+        "predicted_output_tokens_per_s": sum(r.output_len for r in recs) / span if span > 0 else float("nan"),
+        "lockstep_index": None, "warnings": [],
+        "deployment": f"as deployed: {flags_text}" if flags_text else (
+            "SGLang defaults (server_args ignored)" if row.server_args else "SGLang defaults (no server_args)"),
+    }
+    if client == "aiperf" and row.concurrency and tpots:
+        idx = lockstep_index([r.arrival_s for r in recs], row.concurrency, window_s=float(np.mean(tpots)) / 2)
+        extra["lockstep_index"] = idx
+        if idx >= LOCKSTEP_WARNING and row.concurrency > 1:
+            extra["warnings"].append(
+                f"simulated clients move in lockstep waves (index {idx:.2f}: on average {idx:.0%} of the "
+                f"{row.concurrency} clients send together); TTFT/TPOT split depends on it")
+    return RowResult(row, pred, {m: ape(pred[m], measured_value(row, m)) for m in METRICS},
+                     requests=len(recs), extra=extra)
+
+
+def _interval_of(results: list[RowResult]) -> dict[str, Any]:
+    from simcore.variability import replica_intervals
+
+    figures = [dict({f"predicted_{m}_{_UNITS[m]}": r.predicted.get(m) for m in METRICS},
+                    **{k: v for k, v in r.extra.items() if isinstance(v, (int, float))}) for r in results]
+    return replica_intervals(figures)
 
 
 def validate(rows: list[Row], *, profile: CalibrationProfile | None = None, backend: str = "auto",
              seed: int = 0, protocol: Protocol | None = None,
              simulate_fn: Callable[..., RowResult] | None = None,
-             progress: Callable[[int, int, Row], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[int, int, Row], None] | None = None, replicas: int = 1) -> dict[str, Any]:
     """Simulate every row; a row that cannot be simulated is skipped with its reason, never raised.
 
-    Returns ``{"rows": [...], "summary": {metric: {mape, median_ape, p90_ape, n}}, "skipped": [{id, reason}]}``.
+    Returns ``{"rows": [...], "summary": {metric: {mape, median_ape, p90_ape, n}}, "skipped": [{id, reason}]}``,
+    and with ``replicas`` > 1 also ``"intervals"``: p5/p50/p95 over the replicas (seeds ``seed … seed +
+    replicas − 1``) of every summary figure; each row then carries the intervals of its predicted figures. The
+    rows and summary are those of the first replica (``seed``), so ``replicas=1`` is the plain run.
     ``simulate_fn`` replaces `simulate_row` (tests).
     """
+    from simcore.variability import replica_intervals, replica_seeds
+
     fn = simulate_fn or simulate_row
+    seeds = replica_seeds(seed, replicas)
     results: list[RowResult] = []
+    per_row: list[list[RowResult]] = []
+    summaries: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
     for i, row in enumerate(rows):
         if progress is not None:
@@ -312,10 +467,20 @@ def validate(rows: list[Row], *, profile: CalibrationProfile | None = None, back
         reason = unsupported_reason(row)
         if reason is None:
             try:
-                results.append(fn(row, profile=profile, backend=backend, seed=seed, protocol=protocol))
+                runs = [fn(row, profile=profile, backend=backend, seed=s, protocol=protocol) for s in seeds]
+                results.append(runs[0])
+                per_row.append(runs)
                 continue
             except UserError as exc:
                 reason = str(exc)
         skipped.append({"id": row.id, "reason": reason})
-    return {"rows": [r.to_dict() for r in results], "summary": error_summary(results), "skipped": skipped,
-            "_results": results}
+    out: dict[str, Any] = {"rows": [], "summary": error_summary(results), "skipped": skipped}
+    if replicas > 1:
+        for runs in per_row:
+            runs[0].intervals = _interval_of(runs)
+        summaries = [error_summary([runs[k] for runs in per_row]) for k in range(replicas)]
+        out["intervals"] = replica_intervals(summaries) if summaries and per_row else {}
+        out["seeds"] = seeds
+    out["rows"] = [r.to_dict() for r in results]
+    out["_results"] = results
+    return out

@@ -127,7 +127,7 @@ def test_cli_json_and_rows_csv(tmp_path, capsys) -> None:
     assert main(["validate", str(m), "--json", "-q", "--out", str(out_csv)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"rows", "summary", "skipped"}
-    assert set(doc["summary"]) == {"ttft", "tpot", "throughput"}
+    assert set(doc["summary"]) == {"ttft", "tpot", "throughput", "e2e"}
     assert set(doc["summary"]["ttft"]) == {"mape", "median_ape", "p90_ape", "n"}
     assert doc["skipped"][0]["id"] == "bad" and "unknown model" in doc["skipped"][0]["reason"]
     with open(out_csv) as fh:
@@ -150,3 +150,82 @@ def test_cli_missing_file_is_a_one_line_error(capsys) -> None:
     assert main(["validate", "/nonexistent.csv"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("shadowsim: error: MEASUREMENTS") and err.count("\n") == 1
+
+
+HEADER_ARGS = HEADER.rstrip("\n") + ",server_args\n"
+
+
+def write_args(tmp_path, *lines: str):
+    p = tmp_path / "a.csv"
+    p.write_text(HEADER_ARGS + "".join(line + "\n" for line in lines))
+    return p
+
+
+def test_server_args_column_is_parsed_and_labelled(tmp_path) -> None:
+    rows = read_rows(write_args(tmp_path, 'a,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,16,4,,8,0.5.9,,,,'
+                                          '"--enable-mixed-chunk  --max-prefill-tokens 2012"',
+                                "b,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,16,4,,8,0.5.9,,,,"))
+    a, b = rows
+    assert a.server_settings == {"enable_mixed_chunk": True, "max_prefill_tokens": 2012}
+    assert a.server_args == "--enable-mixed-chunk --max-prefill-tokens 2012"
+    assert (b.server_args, b.server_settings) == (None, {})
+    ra, rb = simulate_row(a), simulate_row(b)
+    assert ra.extra["deployment"] == "as deployed: --enable-mixed-chunk --max-prefill-tokens 2012"
+    assert rb.extra["deployment"] == "SGLang defaults (no server_args)"
+    ignored = simulate_row(a, protocol=Protocol(use_server_args=False))
+    assert ignored.extra["deployment"] == "SGLang defaults (server_args ignored)"
+    assert ignored.predicted == rb.predicted  # same row, same defaults, same numbers
+    # --server-args fills rows without the column only
+    both = simulate_row(b, protocol=Protocol(server_args="--enable-mixed-chunk --max-prefill-tokens 2012"))
+    assert both.predicted == ra.predicted
+
+
+def test_a_bad_flag_is_a_one_line_error_naming_row_and_flag(tmp_path, capsys) -> None:
+    m = write_args(tmp_path, "ok,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,16,4,,8,0.5.9,,,,--enable-mixed-chunk",
+                   "bad7,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,16,4,,8,0.5.9,,,,--enable-mixed-chunk --fast-mode")
+    with pytest.raises(UserError, match=r"server_args: row bad7: unknown flag '--fast-mode'"):
+        read_rows(m)
+    assert main(["validate", str(m), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("shadowsim: error: server_args: row bad7: unknown flag '--fast-mode'")
+    assert err.count("\n") == 1
+
+
+def test_row_result_reports_e2e_percentiles_and_lockstep(tmp_path) -> None:
+    row = read_rows(write(tmp_path, "r,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,32,4,,8,0.5.9,100,10,"))[0]
+    r = simulate_row(row)
+    e = r.extra
+    assert e["predicted_ttft_p10_ms"] <= e["predicted_ttft_p50_ms"] <= e["predicted_ttft_p90_ms"]
+    # a request's e2e is its TTFT plus 31 gaps of its TPOT; means of sums are sums of means
+    assert r.predicted["e2e"] == pytest.approx(r.predicted["ttft"] + 31 * r.predicted["tpot"], rel=1e-9)
+    assert r.to_dict()["measured_e2e_ms"] == pytest.approx(100 + 10 * 31)  # derived for fixed lengths
+    assert e["predicted_output_tokens_per_s"] == pytest.approx(r.predicted["throughput"] * 32, rel=1e-9)
+    # 4 identical clients after aiperf's barrier: every round one wave of 4 → lockstep 1.0, warned
+    assert e["lockstep_index"] == pytest.approx(1.0) and "lockstep" in e["warnings"][0]
+
+
+def test_replicas_are_seeded_and_give_intervals(tmp_path) -> None:
+    from simcore.variability import Variability
+
+    rows = read_rows(write(tmp_path, "r,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,16,4,,8,0.5.9,100,10,"))
+    p = Protocol(variability=Variability.measured())
+    one = validate(rows, protocol=p, seed=3, replicas=3)
+    two = validate(rows, protocol=p, seed=3, replicas=3)
+    assert one["rows"] == two["rows"] and one["intervals"] == two["intervals"] and one["seeds"] == [3, 4, 5]
+    iv = one["rows"][0]["intervals"]["predicted_ttft_ms"]
+    assert iv["p5"] < iv["p95"]  # jitter moves the figure between seeds
+    assert one["intervals"]["ttft"]["mape"]["p5"] <= one["intervals"]["ttft"]["mape"]["p95"]
+    # replica 0 is the plain run of the first seed
+    assert validate(rows, protocol=p, seed=3)["rows"][0]["predicted_ttft_ms"] == one["rows"][0]["predicted_ttft_ms"]
+    # off: every replica is the same deterministic run
+    flat = validate(rows, seed=3, replicas=2)["rows"][0]["intervals"]["predicted_tpot_ms"]
+    assert flat["p5"] == flat["p95"]
+
+
+def test_only_selects_rows(tmp_path, capsys) -> None:
+    m = write(tmp_path, "a,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,256,16,2,,4,0.5.9,50,8,",
+              "b,Qwen/Qwen3-32B,h100_sxm,bf16,4,1,1,256,16,2,,4,0.5.9,50,8,")
+    assert main(["validate", str(m), "--json", "-q", "--only", "tp=8.0"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["a"]
+    assert main(["validate", str(m), "-q", "--only", "color=red"]) == 2
+    assert "--only: no column 'color'" in capsys.readouterr().err

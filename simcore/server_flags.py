@@ -1,0 +1,209 @@
+"""SGLang's launch flags that shape the simulated server, as data: one table for every place that reads them.
+
+``shadowsim predict`` / ``sweep`` build their "server flags" option group from :data:`SERVER_FLAGS`
+(:func:`add_server_flags`), and a measurement file's ``server_args`` column (the flags exactly as typed on the
+real server's command line, ``--enable-mixed-chunk --max-prefill-tokens 2524``) is parsed by
+:func:`parse_server_args` with a parser built from the same table, so both accept the same flags with the same
+types and turn them into the same :class:`simcore.settings.ServerSettings` fields (:func:`settings_fields`).
+
+A few SGLang flags that do not change what is simulated (``--host``, ``--port``, ``--trust-remote-code``, ...)
+are accepted in ``server_args`` and ignored (:data:`NO_EFFECT_FLAGS`); the TP flags must agree with the row's
+``tp`` column. Any other flag, a missing or malformed value is a :class:`UserError` naming the flag.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from simcore.errors import UserError
+from simcore.settings import POLICIES
+
+
+def _on_off_auto(value: str) -> bool | None:
+    return {"on": True, "off": False}.get(value)
+
+
+@dataclass(frozen=True)
+class ServerFlag:
+    """One command-line flag: its name, the ServerSettings field it sets, and how argparse reads it.
+
+    ``kind``: ``int``/``float``/``str`` (one value), ``"switch"`` (store_true), ``"ints"`` (one or more ints →
+    tuple). ``sglang``: False for shadowsim's own options that are not SGLang launch flags (environment knobs,
+    the version), which ``server_args`` refuses. ``convert`` maps the parsed value to the field's value.
+    """
+
+    flag: str
+    field: str
+    kind: Any
+    help: str
+    default: Any = None
+    choices: tuple[str, ...] | None = None
+    sglang: bool = True
+    convert: Callable[[Any], Any] | None = None
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+SERVER_FLAGS: tuple[ServerFlag, ...] = (
+    ServerFlag("--sglang-version", "sglang_version", str, "version whose scheduler rules apply (default 0.5.9)",
+               "0.5.9", sglang=False),
+    ServerFlag("--schedule-policy", "schedule_policy", str, "queue policy (default: fcfs)", choices=POLICIES),
+    ServerFlag("--schedule-conservativeness", "schedule_conservativeness", float,
+               "scale of the new-token reservation ratio (default 1.0)", 1.0),
+    ServerFlag("--chunked-prefill-size", "chunked_prefill_size", int,
+               "tokens per prefill chunk; -1 disables chunking (default: by GPU memory)"),
+    ServerFlag("--max-prefill-tokens", "max_prefill_tokens", int, "prefill token budget per batch", 16384),
+    ServerFlag("--max-running-requests", "max_running_requests", int, "cap on running requests"),
+    ServerFlag("--max-total-tokens", "max_total_tokens", int,
+               "KV pool size in tokens; overrides the sizing from GPU memory (1000000000 = unlimited cache)"),
+    ServerFlag("--mem-fraction-static", "mem_fraction_static", float, "weights+KV share of GPU memory"),
+    ServerFlag("--page-size", "page_size", int, "KV page size in tokens (default 1)", 1),
+    ServerFlag("--kv-cache-dtype", "kv_cache_dtype", str, "auto (model dtype), fp8_e4m3, fp8_e5m2", "auto"),
+    ServerFlag("--context-length", "context_length", int, "model context length override"),
+    ServerFlag("--disable-overlap-schedule", "disable_overlap_schedule", "switch", "CPU and GPU work in series", False),
+    ServerFlag("--enable-mixed-chunk", "enable_mixed_chunk", "switch", "decode rows ride along prefill chunks", False),
+    ServerFlag("--disable-radix-cache", "disable_radix_cache", "switch", "no prefix caching", False),
+    ServerFlag("--disable-cuda-graph", "disable_cuda_graph", "switch", "decode runs eagerly", False),
+    ServerFlag("--cuda-graph-max-bs", "cuda_graph_max_bs", int, "largest captured decode batch"),
+    ServerFlag("--cuda-graph-bs", "cuda_graph_bs", "ints",
+               "the captured decode batch sizes, e.g. 1 2 4 8 (default: SGLang's list up to --cuda-graph-max-bs)",
+               convert=lambda v: None if v is None else tuple(sorted(set(v)))),
+    ServerFlag("--disable-cuda-graph-padding", "disable_cuda_graph_padding", "switch",
+               "capture every batch size up to the largest (no padding)", False),
+    ServerFlag("--stream-interval", "stream_interval", int, "decode steps per streamed chunk (default 1)", 1),
+    ServerFlag("--prefill-max-requests", "prefill_max_requests", int,
+               "cap on requests admitted into one prefill batch (default: none)"),
+    ServerFlag("--enable-priority-scheduling", "enable_priority_scheduling", "switch",
+               "order the queue by request priority (trace field 'priority'; fcfs or lof only); by default a "
+               "running request is preempted by a waiting one more than "
+               "--priority-scheduling-preemption-threshold more urgent when the batch is full", False),
+    ServerFlag("--schedule-low-priority-values-first", "schedule_low_priority_values_first", "switch",
+               "with priority scheduling: smaller priority values are more urgent (default: larger)", False),
+    ServerFlag("--priority-scheduling-preemption-threshold", "priority_scheduling_preemption_threshold", int,
+               "priority difference a waiting request needs to preempt a running one (default 10)", 10),
+    ServerFlag("--disable-priority-preemption", "disable_priority_preemption", "switch",
+               "with priority scheduling: reorder the queue only, never preempt", False),
+    ServerFlag("--waiting-prefix-refresh", "enable_waiting_prefix_refresh", str,
+               "SGLANG_ENABLE_WAITING_PREFIX_REFRESH: under fcfs/lof/random, refresh the LRU stamps of the waiting "
+               "requests' cached prefixes every 32 passes (auto: as the version does, i.e. on for 0.5.23, absent "
+               "in 0.5.9 and 0.4)", "auto", choices=("auto", "on", "off"), sglang=False, convert=_on_off_auto),
+)
+BY_DEST: dict[str, ServerFlag] = {f.dest: f for f in SERVER_FLAGS}
+
+# SGLang launch flags accepted in ``server_args`` that change nothing the simulator models (where the server
+# listens, how it loads and names the model, logging, metrics). Value-taking ones consume one value.
+NO_EFFECT_FLAGS: dict[str, bool] = {  # flag -> takes a value
+    "--host": True, "--port": True, "--model-path": True, "--model": True, "--tokenizer-path": True,
+    "--served-model-name": True, "--log-level": True, "--trust-remote-code": False, "--enable-metrics": False,
+    "--skip-server-warmup": False, "--random-seed": True, "--download-dir": True, "--revision": True,
+}
+# TP flags: must agree with the measurement row's ``tp`` column (the simulator takes TP from there)
+TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
+
+
+def add_server_flags(group: Any, add: Callable[..., None] | None = None, *, defaults: bool = True,
+                     sglang_only: bool = False) -> None:
+    """Add the table's flags to an argparse parser or group. ``add(group, flag, **kw)`` (optional) replaces
+    ``group.add_argument`` (``sweep`` turns some options into lists); ``defaults=False`` leaves flags that are not
+    given out of the namespace; ``sglang_only`` leaves out shadowsim's own options."""
+    for f in SERVER_FLAGS:
+        if sglang_only and not f.sglang:
+            continue
+        kw: dict[str, Any] = {"help": f.help}
+        if f.kind == "switch":
+            kw["action"] = "store_true"
+        elif f.kind == "ints":
+            kw.update(type=int, nargs="+", metavar="BS")
+        else:
+            kw["type"] = f.kind
+        if f.choices is not None:
+            kw["choices"] = f.choices
+        if defaults:
+            kw["default"] = f.default
+        else:
+            kw["default"] = argparse.SUPPRESS
+        if add is not None and f.kind != "switch" and f.kind != "ints":
+            add(group, f.flag, **kw)
+        else:
+            group.add_argument(f.flag, **kw)
+
+
+def settings_fields(namespace: Any, *, skip: Sequence[str] = ()) -> dict[str, Any]:
+    """ServerSettings keyword arguments from a namespace (or mapping) holding the table's dests: one entry per
+    flag present (a namespace built with ``defaults=False`` holds only the given ones), converted."""
+    values = namespace if isinstance(namespace, Mapping) else vars(namespace)
+    out: dict[str, Any] = {}
+    for dest, f in BY_DEST.items():
+        if dest in values and f.field not in skip:
+            v = values[dest]
+            out[f.field] = f.convert(v) if f.convert is not None else v
+    return out
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def __init__(self, source: str) -> None:
+        super().__init__(prog="server_args", add_help=False, allow_abbrev=False, exit_on_error=False)
+        self.source = source
+
+    def error(self, message: str) -> Any:  # argparse would print and exit
+        raise UserError("server_args", f"{self.source}: {message}",
+                        "use SGLang's flag names; `shadowsim predict --help` lists the ones shadowsim models")
+
+
+def parse_server_args(text: str | None, source: str = "server_args", *, tp: int | None = None) -> dict[str, Any]:
+    """ServerSettings keyword arguments for SGLang launch flags as typed (``--enable-mixed-chunk
+    --max-prefill-tokens 2524``): only the flags given. ``source`` names the row in errors; ``tp`` (the row's
+    column) is checked against a TP flag. Blank text → {}."""
+    if text is None or not text.strip():
+        return {}
+    try:
+        tokens = shlex.split(text)
+    except ValueError as exc:
+        raise UserError("server_args", f"{source}: cannot split {text!r} into flags ({exc})",
+                        "quote values as on a shell command line") from None
+    kept: list[str] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        name, has_eq, value = tok.partition("=")
+        if name in NO_EFFECT_FLAGS or name in TP_FLAGS:
+            takes = NO_EFFECT_FLAGS.get(name, True)
+            if takes and not has_eq:
+                if i + 1 >= len(tokens) or tokens[i + 1].startswith("--"):
+                    raise UserError("server_args", f"{source}: argument {name}: expected one argument")
+                value = tokens[i + 1]
+                i += 1
+            if name in TP_FLAGS:
+                try:
+                    given = int(value)
+                except ValueError:
+                    raise UserError("server_args", f"{source}: argument {name}: invalid int value: {value!r}") \
+                        from None
+                if tp is not None and given != tp:
+                    raise UserError("server_args", f"{source}: {name} {given} disagrees with the row's tp {tp}",
+                                    "make the tp column and the flag the same")
+            i += 1
+            continue
+        flag = BY_DEST.get(name.lstrip("-").replace("-", "_"))
+        if name.startswith("--") and flag is not None and not flag.sglang:
+            raise UserError("server_args", f"{source}: {name} is not an SGLang launch flag",
+                            "give the version in the sglang_version column; environment knobs are not flags")
+        kept.append(tok)
+        i += 1
+    parser = _RaisingParser(source)
+    add_server_flags(parser, defaults=False, sglang_only=True)
+    try:
+        ns, extra = parser.parse_known_args(kept)
+    except argparse.ArgumentError as exc:
+        raise UserError("server_args", f"{source}: {exc}",
+                        "use SGLang's flag names; `shadowsim predict --help` lists the ones shadowsim models") \
+            from None
+    if extra:
+        what = "unknown flag" if extra[0].startswith("-") else "unexpected value"
+        raise UserError("server_args", f"{source}: {what} {extra[0]!r}",
+                        "use SGLang's flag names; `shadowsim predict --help` lists the ones shadowsim models")
+    return settings_fields(ns)
