@@ -222,7 +222,7 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
     from simcore.gpus import load_gpu
     from simcore.memory import max_running_requests, size_kv_pool
     from simcore.models import load_model
-    from simcore.perf import build_latency_model
+    from simcore.perf import ParallelLayout, build_latency_model
 
     check_slos(args)
     model = load_model(args.model)
@@ -235,7 +235,8 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         from simcore.perf.profile import CalibrationProfile
 
         profile = CalibrationProfile.load(args.profile)
-    latency = build_latency_model(model, gpu, args.tp, precision, backend=args.latency_backend, profile=profile)
+    latency = build_latency_model(model, gpu, args.tp, precision, backend=args.latency_backend, profile=profile,
+                                  parallel=ParallelLayout.from_settings(settings, gpu))
     ctx = settings.context_length or model.context_length
     if args.max_total_tokens is not None:
         if args.max_total_tokens < 2:

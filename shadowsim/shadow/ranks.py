@@ -41,8 +41,16 @@ class RankRouter:
     _next_rank: dict[str, int] = field(default_factory=dict)
     _request_rank: dict[tuple[str, str], int] = field(default_factory=dict)
 
+    _configured: dict[str, int] = field(default_factory=dict)  # configured_dp_size, asked once per instance
+
     def dp_size(self, instance_id: str) -> int:
-        return self._dp_size.get(instance_id) or self.configured_dp_size(instance_id)
+        n = self._dp_size.get(instance_id)
+        if n:
+            return n
+        n = self._configured.get(instance_id)
+        if n is None:
+            n = self._configured[instance_id] = self.configured_dp_size(instance_id)
+        return n
 
     def twin_id(self, ev: Any) -> str:
         iid = ev.instance_id

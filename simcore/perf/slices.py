@@ -10,11 +10,14 @@ from typing import Any, Callable, Iterable, Sequence
 
 from simcore.perf.validation import RowResult, error_summary
 
-# The slices docs/accuracy.md reports: one table per attribute of the deployment.
-DEFAULT_SLICES = ("gpu", "precision", "tp", "ep")
+# The slices docs/accuracy.md reports: one table per attribute of the deployment, and EP vs no EP.
+DEFAULT_SLICES = ("gpu", "precision", "tp", "ep", "ep>1")
+DERIVED: dict[str, Callable[[Any], Any]] = {"ep>1": lambda row: row.ep > 1}
 
 
 def _value(row: Any, key: str) -> Any:
+    if key in DERIVED:
+        return DERIVED[key](row)
     if key == "precision":
         return row.precision or "-"
     return getattr(row, key)
