@@ -4,7 +4,8 @@ memory: ~414k tokens, max_running_requests 2048, chunked prefill 8192, overlap o
 
 Prints wall time, simulated seconds, simulated seconds per wall second (and per CPU second of the process, which
 depends less on the load of a shared machine), scheduler steps per wall second and the peak resident memory of
-a fresh process running only this simulation, then one JSON line.
+a fresh process running only this simulation (its own ``VmHWM``, not ``ru_maxrss``, which Linux carries over from
+the parent across fork and exec: ``benchmarks/childproc.py``), then one JSON line.
 Also times the same trace with an unlimited pool (``--max-total-tokens 1e9``, the cache-hit acceptance run).
 
 Run: ``python -m benchmarks`` (all benchmarks) or ``python benchmarks/bench_sim.py``.
@@ -12,7 +13,6 @@ Run: ``python -m benchmarks`` (all benchmarks) or ``python benchmarks/bench_sim.
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -39,8 +39,10 @@ def _child(capacity: int | None) -> dict[str, float]:
     sizing = size_kv_pool(model, gpu, settings)
     cap = capacity or sizing.max_total_num_tokens
     max_running = max_running_requests(cap, sizing.context_len, None)
+    from benchmarks.childproc import own_peak_rss_mib
+
     reqs = read_trace(TRACE).requests
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss0 = own_peak_rss_mib()
     t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(settings, lat, TraceReplay(reqs), kv_capacity_tokens=cap, key_unit=512,
                    max_running_requests=max_running, context_len=sizing.context_len)
@@ -50,8 +52,7 @@ def _child(capacity: int | None) -> dict[str, float]:
         "requests": len(res.records), "kv_tokens": cap, "wall_s": wall, "sim_s": res.sim_time_s,
         "sim_s_per_wall_s": res.sim_time_s / wall, "cpu_s": cpu, "sim_s_per_cpu_s": res.sim_time_s / cpu,
         "steps": res.steps, "steps_per_wall_s": res.steps / wall,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "rss_before_run_mib": rss0 / 1024, "cache_hit_rate": s["cache_hit_rate"],
+        "peak_rss_mib": own_peak_rss_mib(), "peak_rss_before_run_mib": rss0, "cache_hit_rate": s["cache_hit_rate"],
         "num_retractions": s["num_retractions"], "kv_peak_usage": s["kv_peak_usage"],
     }
 

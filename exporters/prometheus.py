@@ -1,24 +1,37 @@
-"""Prometheus export of the shadow: a collector over read-only views, and a tiny HTTP server.
+"""Prometheus export of the shadow: a collector over read-only views, and the HTTP server that serves it.
 
 ``ShadowCollector(view_fn)`` builds fresh metric families from ``view_fn()`` at every scrape (the
 prometheus_client collector protocol); nothing is kept between scrapes, so a restored service exports exactly
 what its restored state holds. Names, types and labels are the contract in docs/metrics.md.
+
+Labels: the SGLang instance a series describes is in ``sglang_instance`` — never ``instance``, which belongs to
+the scrape target (shadowsim's own host:port), so the standard scrape of kube-prometheus-stack or any
+Prometheus needs no ``honor_labels``, and SGLang's own targets keep their labels too
+(deploy/prometheus/rules/shadowsim-recording.yml joins the two).
+
+``MetricsServer`` is prometheus_client's WSGI app (gzip when asked, OpenMetrics when the scraper's Accept header
+asks for it) on a threading server of its own thread, with a socket timeout and a cap on concurrent connections,
+plus ``/healthz`` (liveness) and ``/readyz`` (readiness) as JSON.
 """
 from __future__ import annotations
 
 import json
+import socket
 import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric)
 from prometheus_client.registry import Collector
 
 from exporters.view import ShadowView
 
 P = "shadowsim_"
+#: The label naming the SGLang instance a series describes (its id in the events: the Kafka key).
+INSTANCE_LABEL = "sglang_instance"
 _LATENCY_DOC = {
     "ttft": "time to first token, predicted and actual (SGLang's TTFT buckets)",
     "tpot": "time per output token, predicted and actual (SGLang's inter-token-latency buckets)",
@@ -43,9 +56,9 @@ class ShadowCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         view = self._view_fn()
-        il = ["instance", "model"]
+        il = [INSTANCE_LABEL, "model"]
         build = GaugeMetricFamily(P + "build_info", "build and calibration profile of each twin (=1)",
-                                  labels=["version", "model", "instance", "latency_model", "calibration_hash",
+                                  labels=["version", "model", INSTANCE_LABEL, "latency_model", "calibration_hash",
                                           "emulated"])
         up = GaugeMetricFamily(P + "twin_up", "a twin exists for this instance (=1)", labels=il)
         lat = {m: HistogramMetricFamily(P + f"{m}_seconds", doc, labels=[*il, "source"])
@@ -65,13 +78,13 @@ class ShadowCollector(Collector):
                                  labels=[*il, "op_class"])
         counters = {c: CounterMetricFamily(P + f"{c}", doc, labels=[*il, "source"]) for c, doc in _COUNTER_DOC.items()}
         gauges = {k: GaugeMetricFamily(P + name, doc, labels=[*il, "source"]) for k, name, doc in _GAUGES}
-        processed = CounterMetricFamily(P + "events_processed", "events applied to a twin", labels=["instance"])
+        processed = CounterMetricFamily(P + "events_processed", "events applied to a twin", labels=[INSTANCE_LABEL])
         late = CounterMetricFamily(P + "events_late", "events that arrived behind the simulated time",
-                                   labels=["instance"])
+                                   labels=[INSTANCE_LABEL])
         lag = GaugeMetricFamily(P + "shadow_lag_seconds", "wall time minus the event time simulated",
-                                labels=["instance"])
+                                labels=[INSTANCE_LABEL])
         last = GaugeMetricFamily(P + "last_event_timestamp_seconds", "wall time of the last event applied",
-                                 labels=["instance"])
+                                 labels=[INSTANCE_LABEL])
         dead = CounterMetricFamily(P + "events_dead_lettered", "records sent to the dead-letter topic",
                                    labels=["reason"])
         for v in view.instances:
@@ -87,7 +100,9 @@ class ShadowCollector(Collector):
                     ape.add_metric([*lv, m, mode], buckets=h.cumulative(), sum_value=h.total)
             for mode, by_metric in v.mape.items():
                 for m, x in by_metric.items():
-                    mape.add_metric([*lv, m, mode], x)
+                    # No finished request in the window: no error to report. Absent, not 0 (0 reads as perfect).
+                    if v.window_counts.get(mode, {}).get(m, 0) > 0:
+                        mape.add_metric([*lv, m, mode], x)
             for m, x in v.thresholds.items():
                 thr.add_metric([*lv, m], x)
             for kind, on in v.drift.items():
@@ -134,34 +149,80 @@ def make_registry(view_fn: Callable[[], ShadowView]) -> CollectorRegistry:
     return reg
 
 
+class _QuietHandler(WSGIRequestHandler):
+    """No access log (a scrape every 15 s would flood it); a socket timeout so a stalled client frees its thread."""
+
+    timeout = 10.0
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
+        return
+
+
+class _BoundedServer(ThreadingWSGIServer):
+    """prometheus_client's threading WSGI server, refusing connections beyond ``max_connections`` at once."""
+
+    max_connections = 16
+    _slots: threading.BoundedSemaphore
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            try:
+                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n\r\n")
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+Probe = Callable[[], dict[str, Any]]
+
+
 class MetricsServer:
-    """``/metrics`` (Prometheus text format) and ``/healthz`` (JSON, 200 while ``health_fn`` says ok)."""
+    """``/metrics`` (prometheus_client: text or OpenMetrics, gzip), ``/healthz`` and ``/readyz`` (JSON; 200 while the
+    probe's ``ok`` is true, else 503), in a daemon thread of its own.
 
-    def __init__(self, registry: CollectorRegistry, port: int, host: str = "0.0.0.0",
-                 health_fn: Callable[[], dict[str, Any]] | None = None) -> None:
-        reg, health = registry, health_fn or (lambda: {"ok": True})
+    ``health_fn`` answers liveness (is the loop still turning?), ``ready_fn`` readiness (is this replica doing its
+    share?); either defaults to always ok. ``timeout_s`` bounds how long one connection may sit idle, and at most
+    ``max_connections`` are served at once (the rest get 503 at once)."""
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    body, ctype, code = generate_latest(reg), CONTENT_TYPE_LATEST, 200
-                elif path == "/healthz":
-                    h = health()
-                    body, ctype = json.dumps(h).encode(), "application/json"
-                    code = 200 if h.get("ok") else 503
-                else:
-                    body, ctype, code = b"see /metrics and /healthz\n", "text/plain", 404
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+    def __init__(self, registry: CollectorRegistry, port: int, host: str = "127.0.0.1",
+                 health_fn: Probe | None = None, ready_fn: Probe | None = None, *,
+                 timeout_s: float = 10.0, max_connections: int = 16) -> None:
+        metrics_app = make_wsgi_app(registry)
+        probes: dict[str, Probe] = {"/healthz": health_fn or (lambda: {"ok": True}),
+                                    "/readyz": ready_fn or (lambda: {"ok": True})}
 
-            def log_message(self, *args: Any) -> None:  # scrapes every 15 s would flood the terminal
-                return
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "/")
+            if path in ("/metrics", "/metrics/"):
+                return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+            probe = probes.get(path.rstrip("/") or "/")
+            if probe is not None:
+                try:
+                    result = probe()
+                except Exception as exc:  # noqa: BLE001 - a failing probe is a failed check, not a 500 page
+                    result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                body = json.dumps(result, sort_keys=True, default=str).encode()
+                status = "200 OK" if result.get("ok") else "503 Service Unavailable"
+                start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+                                        ("Cache-Control", "no-store")])
+                return [body]
+            body = b"shadowsim: see /metrics, /healthz and /readyz\n"
+            start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+            return [body]
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        handler = type("Handler", (_QuietHandler,), {"timeout": timeout_s})
+        server_cls = type("Server", (_BoundedServer,), {
+            "max_connections": max_connections, "_slots": threading.BoundedSemaphore(max_connections),
+            "address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
+        self._server = make_server(host, port, app, server_cls, handler_class=handler)
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from pathlib import Path
 
 from simcore.errors import UserError
 
@@ -60,6 +62,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def table_cache_dir() -> Path:
+    """Where built latency tables are cached between runs (``$SHADOWSIM_CACHE_DIR``, else the XDG cache)."""
+    root = os.environ.get("SHADOWSIM_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or
+                                                         Path.home() / ".cache") / "shadowsim"
+    return Path(root) / "tables"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in argv if not a.startswith("-")), None)
@@ -69,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_module", None) is None:
         parser.print_help()
         return 2
+    from simcore.perf.tables import use_cache_dir  # only when a command runs: keeps --help free of numpy
+
+    use_cache_dir(table_cache_dir())
     try:
         return int(args._module.run(args) or 0)
     except UserError as exc:  # one line naming the field and what to do; no traceback

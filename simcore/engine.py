@@ -48,6 +48,19 @@ class _Replay:
 
     def __init__(self, specs: Sequence[RequestSpec]) -> None:
         self.specs = sorted(specs, key=lambda r: r.arrival_s)
+        self.submitted: list[RequestSpec] = []
+
+    def _watch(self, ev: simpy.Event) -> None:
+        pass
+
+    def planned_arrivals(self, start_s: float) -> list[tuple[float, RequestSpec]]:
+        """(submission time, spec) of everything :meth:`start` submits, at the float times it would."""
+        out, now = [], start_s
+        for r in self.specs:
+            if r.arrival_s > now:
+                now = now + (r.arrival_s - now)  # what env.timeout advances the clock to
+            out.append((now, r))
+        return out
 
     def start(self, env: simpy.Environment, server: Server):  # type: ignore[no-untyped-def]
         def run():  # type: ignore[no-untyped-def]
@@ -67,13 +80,25 @@ def simulate(settings: ServerSettings, latency: LatencyModel, workload: Workload
 
     ``progress(sim_time_s, finished)`` is called every ``progress_every_s`` simulated seconds (it adds a SimPy
     event there, so leave it None in equivalence tests). ``seed`` feeds the only random choices (``random``
-    policy). Extra keywords go to :class:`Server` (``max_running_requests``, ``tokenize_s``, ...).
+    policy). Extra keywords go to :class:`Server` (``max_running_requests``, ``tokenize_s``,
+    ``decode_run_spacing``: 0 prices every decode step exactly, docs/architecture.md "Decode runs", ...).
+    With ``fast`` and no ``until``, open-loop workloads (``planned_arrivals``) are handed to the server up front.
     """
     env = simpy.Environment()
     server = Server(env, settings, kv_capacity_tokens, latency, key_unit=key_unit,
                     rng=np.random.default_rng(seed), observer=observer, fast=fast, **server_kw)
     wl: Workload = workload if hasattr(workload, "start") else _Replay(list(workload))  # type: ignore[arg-type]
-    procs = wl.start(env, server)
+    planned = getattr(wl, "planned_arrivals", None) if fast and until is None else None
+    if planned is not None:
+        # open loop: every arrival is known; handing them over now spares one SimPy event per request and lets
+        # decode runs pass over arrivals that cannot be admitted (same results: the server ingests a request
+        # only at the first iteration at or after its arrival either way)
+        procs = None
+        for at, spec in planned(env.now):
+            wl.submitted.append(spec)  # type: ignore[attr-defined]
+            wl._watch(server.submit(spec, at_s=at))  # type: ignore[attr-defined]
+    else:
+        procs = wl.start(env, server)
     if progress is not None:
         def tick():  # type: ignore[no-untyped-def]
             while True:

@@ -28,15 +28,17 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from collections import deque
 from typing import Any, Callable
 
 import numpy as np
 import simpy
 
 from simcore import server_snapshot as _snap
+from simcore.decode_run import DEFAULT_MAX_REL_SPACING, DecodeStepTimes
 from simcore.kv_cache import KVCache
 from simcore.memory import max_running_requests as _derive_max_running
-from simcore.perf.base import BatchShape, LatencyModel
+from simcore.perf.base import BatchShape, LatencyModel, has_pure_step_time
 from simcore.request import RequestSpec
 from simcore.results import RequestRecord, StepRecord
 from simcore.scheduler import (AddResult, NewTokenRatio, PrefillAdder, order_waiting, preemption_victims,
@@ -60,7 +62,7 @@ class Server(ResultProcessor):
                  on_finish: Callable[[RequestRecord], None] | None = None,
                  max_running_requests: int | None = None, context_len: int | None = None,
                  tokenize_s: float = 0.0, detokenize_s: float = 0.0, fast: bool = True,
-                 _start: bool = True) -> None:
+                 decode_run_spacing: float = DEFAULT_MAX_REL_SPACING, _start: bool = True) -> None:
         if settings.chunked_prefill_size is None or settings.cuda_graph_bs is None:
             settings = resolve(settings, None)
         self.env = env
@@ -94,6 +96,7 @@ class Server(ResultProcessor):
         self.res = ReservationSum(settings.clip_max_new_tokens_estimation)
         # queues and running state
         self.pending: list[tuple[float, int, Req]] = []  # submitted, not yet ingested: (ingest time, seq, req)
+        self.ahead: deque[float] = deque()   # submission times of pending requests submitted ahead of time
         self.waiting: list[Req] = []
         self.R: dict[str, Req] = {}          # decoding requests (lazy counters)
         self.F: dict[str, Req] = {}          # last token launched, result not yet applied
@@ -124,6 +127,7 @@ class Server(ResultProcessor):
         self.seq = 0
         self.bid = 0
         self.steps = 0
+        self.run_steps = 0                   # of those, steps done inside decode runs (not in snapshots)
         self.num_retractions = 0
         self.num_preemptions = 0
         self.kv_peak_used = 0
@@ -131,12 +135,20 @@ class Server(ResultProcessor):
         self.itl_w: list[int] = []
         self.records: list[RequestRecord] = []
         self.deferred: list[tuple[float, RequestRecord]] = []  # finished, signalled at their emit time
+        # decode runs (simcore.decode_run): jump over stretches of identical decode steps. Off with an observer
+        # (it wants every step), host output stages or pages > 1 (their per-step work is not modelled in a run),
+        # and for latency models that do not declare a pure step time (random per call, clock-dependent)
+        self.decode_runs = (fast and observer is None and not self.out_on and self.page == 1
+                            and has_pure_step_time(latency))  # runs price steps ahead of their time
+        self.run_times = DecodeStepTimes(latency, decode_run_spacing)
         self.proc = env.process(self._run()) if _start else None
 
     # ---- public -------------------------------------------------------------------------------------
-    def submit(self, spec: RequestSpec) -> simpy.Event:
-        """Queue ``spec``; it reaches the scheduler at ``arrival_s + tokenize_s`` (not before ``env.now``), later
-        when the serial tokenizer stage (``tokenizer_s_per_*`` settings) is still busy with earlier requests."""
+    def submit(self, spec: RequestSpec, at_s: float | None = None) -> simpy.Event:
+        """Queue ``spec``; it reaches the scheduler at ``arrival_s + tokenize_s`` (not before the submission time
+        ``at_s``, default ``env.now``), later when the serial tokenizer stage (``tokenizer_s_per_*`` settings) is
+        still busy with earlier requests. ``at_s`` later than ``env.now`` submits ahead of time (open-loop
+        workloads whose arrivals are all known, ``simcore.engine.simulate``)."""
         if spec.rid in self.reqs:
             raise ValueError(f"duplicate request id {spec.rid!r}")
         req = Req.from_spec(spec, self.max_req_len, self.clk)
@@ -148,7 +160,14 @@ class Server(ResultProcessor):
             # one tokenizer, requests in submission order: a burst reaches the scheduler spread out
             start = ready if ready > self.tok_free else self.tok_free
             ready = self.tok_free = start + self.tok_req_s + self.tok_tok_s * spec.input_len
-        self._push_pending(req, max(ready + self.tokenize_s, self.env.now))
+        now = self.env.now
+        if at_s is not None and at_s > now:
+            ahead = self.ahead
+            if ahead and at_s < ahead[-1]:
+                raise ValueError("requests submitted ahead of time must come in submission-time order")
+            ahead.append(at_s)
+            now = at_s
+        self._push_pending(req, max(ready + self.tokenize_s, now))
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
         return ev
@@ -205,8 +224,9 @@ class Server(ResultProcessor):
                 req = heapq.heappop(pend)[2]
                 req.wait_entry_s = req.ingest_s
                 self.waiting.append(req)
-            batch = self._schedule(t)
-            if batch is not None:
+            if self.decode_runs and self._decode_run(t):
+                batch = None  # a run of decode iterations was done; self.t is the iteration after it
+            elif (batch := self._schedule(t)) is not None:
                 st = self.latency.step_time(batch.shape)
                 cpu = st.cpu_s
                 self.steps += 1
@@ -241,13 +261,19 @@ class Server(ResultProcessor):
                 self.t = self.due.emit_s = max(t, self.due.gpu_end)
             else:
                 self.ratio.reset()  # Scheduler.on_idle()
+                # requests submitted ahead of time count as pending only from their submission time on
+                ahead = self.ahead
+                while ahead and ahead[0] <= t:
+                    ahead.popleft()
+                submitted = len(pend) > len(ahead)
                 if not pend and not self.waiting:
                     self.idle = True
                     self._wake = env.event()
                     yield self._wake
                     self._wake = None
                     self.idle = False
-                if pend:
+                    submitted = True
+                if submitted or (pend and not self.waiting):  # (the next submission is what a wake-up brings)
                     self.t = max(t, pend[0][0], env.now)
                 elif self.waiting:
                     # nothing runs, nothing in flight, yet requests wait: they can never fit
@@ -259,6 +285,165 @@ class Server(ResultProcessor):
             if (not self.fast or self.t >= env.peek() or (due is not None and due.finishers)
                     or self.t < env.now):
                 yield self._late(self.t - env.now)
+
+    # ---- decode runs (simcore.decode_run) ------------------------------------------------------------
+    MIN_DECODE_RUN = 3    # iterations below which the plain loop is as cheap
+    MAX_DECODE_RUN = 4096  # iterations priced per run at most (a longer stretch is several runs)
+
+    def _decode_run(self, t: float) -> bool:
+        """Do the iterations from ``t`` on at once while each would build the same plain decode batch; False
+        (nothing done) when fewer than ``MIN_DECODE_RUN`` qualify.
+
+        An iteration qualifies when nothing can change the batch: no chunked request, zombie or fresh joiner,
+        the prefill pass is skipped (``batch_is_full`` latched or nobody waits), no finisher in the steps (the
+        finish heap's top), every step's KV fits the free pool without eviction or retraction, the batch
+        applied in the run carries no finish or first token, and the next iteration starts before the next
+        arrival or SimPy event (so neither ingest nor a yield is skipped). The state afterwards is exactly
+        the step-by-step loop's after the same iterations."""
+        R = self.R
+        latched = self.batch_is_full and not self.preempt  # the prefill pass is skipped, arrivals or not
+        if (self.chunked is not None or self.zombies or self.joined or self.F or not R
+                or (self.waiting and not latched)):
+            return False
+        prev = self.inflight
+        if self.overlap:
+            if prev is None or prev.finishers or prev.prefill_done or prev.gpu_end != self.gpu_free:
+                return False
+        elif prev is not None:
+            return False
+        rows = len(R)
+        g0 = self.clk[0]
+        heap = self.fin_heap
+        limit = min(self.MAX_DECODE_RUN, self.kv.free // rows)
+        if heap:
+            limit = min(limit, heap[0][0] - g0 - 1)
+        if limit < self.MIN_DECODE_RUN:
+            return False
+        pend = self.pending
+        bound = self.env.peek()
+        if pend and pend[0][0] < bound and not latched:  # an arrival would be admitted: it ends the run
+            bound = pend[0][0]
+        if bound <= t or t < self.env.now:
+            return False
+        graph_bs = self._pad(rows)
+        sum_kv0 = self.sum_kv
+        priced = min(limit, 16)  # step times are priced in growing blocks, as far as the run gets
+        gpu, cpu = self.run_times.times(rows, graph_bs, sum_kv0, priced)
+        # launch and GPU-end times, the loop's own float recurrences. Overlap: launch_j = max(t_j + cpu_j,
+        # end_{j-1}) and the next iteration starts there too, so launch_j = launch_{j-1} + max(cpu_j, gpu_{j-1})
+        # exactly (rounding is monotonic). Overlap off: launch_j = t_j + cpu_j, next start = end_j.
+        # Iteration j (1 … n-1) starts at starts[j-1] and must come before the bound (no ingest, no yield).
+        overlap = self.overlap
+        starts: list[float] = []
+        ends: list[float] = []
+        if overlap:
+            t0 = t + cpu[0]
+            launch = t0 if t0 > self.gpu_free else self.gpu_free
+            g_prev = gpu[0]
+            end = launch + g_prev
+            starts.append(launch)
+            ends.append(end)
+            for j in range(1, limit):
+                if launch >= bound:
+                    break
+                if j == priced:
+                    more = min(limit - j, 2 * j)
+                    g_more, c_more = self.run_times.times(rows, graph_bs, sum_kv0 + j * rows, more)
+                    gpu += g_more
+                    cpu += c_more
+                    priced += more
+                c = cpu[j]
+                launch = launch + (c if c > g_prev else g_prev)
+                g_prev = gpu[j]
+                starts.append(launch)
+                ends.append(launch + g_prev)
+        else:
+            now = t
+            for j in range(limit):
+                if j and now >= bound:
+                    break
+                if j == priced:
+                    more = min(limit - j, 2 * j)
+                    g_more, c_more = self.run_times.times(rows, graph_bs, sum_kv0 + j * rows, more)
+                    gpu += g_more
+                    cpu += c_more
+                    priced += more
+                now = (now + cpu[j]) + gpu[j]
+                ends.append(now)
+            starts = ends
+        n = len(ends)
+        if n < self.MIN_DECODE_RUN:
+            return False
+        if latched and pend:  # arrivals in the run join the queue at the iteration that ingests them
+            last_start = starts[n - 2]
+            waiting = self.waiting
+            while pend and pend[0][0] <= last_start:
+                req = heapq.heappop(pend)[2]
+                req.wait_entry_s = req.ingest_s
+                waiting.append(req)
+        # -- results applied inside the run: the batch in flight before it (overlap), then the run's own
+        if overlap:
+            prev.emit_s = self.gpu_free + cpu[0]
+            self._apply(prev, starts[0])
+            # iteration j + 2 applies step j (j = 0 … n-3), whose tokens leave with the CPU pass of step j + 1
+            emits = [ends[j] + cpu[j + 1] for j in range(n - 2)]
+        else:
+            emits = ends[:n - 1]  # iteration j + 1 applies step j
+        floor = self.emit_floor
+        last = self.last_decode_apply
+        detok = self.detokenize_s
+        gaps = []
+        for e in emits:
+            if e > floor:
+                floor = e
+            client = floor + detok
+            gaps.append(client - last)
+            last = client
+        self.emit_floor = floor
+        self.last_decode_apply = last
+        self.last_decode_apply_g = g0 + len(emits)
+        self.itl_vals.extend(gaps)
+        self.itl_w.extend([rows] * len(gaps))
+        # -- the launches: n decode steps of `rows` rows
+        ratio = self.ratio
+        for _ in range(n):
+            if ratio.current == ratio.min:  # decay_step is the identity from here on
+                break
+            ratio.decay_step()
+        self.res.advance(g0, n, self.reqs)
+        self.clk[0] = g0 + n
+        self.sum_kv = sum_kv0 + n * rows
+        kv = self.kv
+        kv.free -= n * rows
+        kv.private += n * rows
+        self.steps += n
+        self.run_steps += n
+        bid0 = self.bid
+        self.bid = bid0 + n
+        used = kv.used
+        if used > self.kv_peak_used:
+            self.kv_peak_used = used
+        last_b = self._run_batch(bid0 + n, rows, sum_kv0 + (n - 1) * rows, graph_bs, g0 + n, ends[n - 1])
+        self.gpu_free = last_b.gpu_end
+        if overlap:
+            due = self._run_batch(bid0 + n - 1, rows, sum_kv0 + (n - 2) * rows, graph_bs, g0 + n - 1, ends[n - 2])
+            due.emit_s = ends[n - 2] + cpu[n - 1]
+            self.inflight, self.due = last_b, due
+            self.t = starts[n - 1]
+        else:
+            last_b.emit_s = last_b.gpu_end
+            self.due = last_b
+            self.t = last_b.gpu_end
+        return True
+
+    @staticmethod
+    def _run_batch(bid: int, rows: int, sum_kv: int, graph_bs: int | None, g_after: int, gpu_end: float) -> Batch:
+        b = Batch(bid, "decode")
+        b.shape = BatchShape((), (), rows, sum_kv, (), graph_bs)
+        b.n_emit = rows
+        b.g_after = g_after
+        b.gpu_end = gpu_end
+        return b
 
     # ---- scheduling (get_next_batch_to_run, §2.2) ---------------------------------------------------
     def _schedule(self, t: float) -> Batch | None:

@@ -58,7 +58,7 @@ def snapshot(srv: "Server") -> dict[str, Any]:
         "emit_floor": srv.emit_floor, "out_free": srv.out_free, "tok_free": srv.tok_free,
         "itl_vals": list(srv.itl_vals), "itl_w": list(srv.itl_w),
         "reqs": reqs,
-        "pending": [[at, seq, r.rid] for at, seq, r in srv.pending],
+        "pending": [[at, seq, r.rid] for at, seq, r in srv.pending], "ahead": list(srv.ahead),
         "waiting": [r.rid for r in srv.waiting],
         "R": list(srv.R), "F": list(srv.F), "zombies": [r.rid for r in srv.zombies],
         "joined": [r.rid for r in srv.joined],
@@ -87,6 +87,7 @@ def restore(cls: type["Server"], env: simpy.Environment, snap: dict[str, Any], s
     get = srv.reqs.__getitem__
     srv.pending = [(at, seq, get(rid)) for at, seq, rid in snap["pending"]]
     heapq.heapify(srv.pending)
+    srv.ahead.extend(snap.get("ahead", []))  # submitted ahead of time (absent in older snapshots)
     srv.waiting = [get(x) for x in snap["waiting"]]
     srv.R = {x: get(x) for x in snap["R"]}
     srv.F = {x: get(x) for x in snap["F"]}

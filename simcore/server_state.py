@@ -239,6 +239,23 @@ class ReservationSum:
         self.sums[0] -= self.ndec[0]
         self.sums[1] -= self.ndec[1]
 
+    def advance(self, G: int, steps: int, reqs: dict[str, Req]) -> None:
+        """``before_decode(G)``, ``before_decode(G + 1)``, … ``steps`` times, in one pass: a term that starts
+        falling at step k (its transition point) falls ``steps − k`` times."""
+        heap = self.heap
+        last = G + steps - 1
+        drop = [self.ndec[0] * steps, self.ndec[1] * steps]
+        while heap and heap[0][0] <= last:
+            t, _, rid, ver = heapq.heappop(heap)
+            r = reqs.get(rid)
+            if r is None or r.ver != ver or not r.in_r or r.in_dec or r.res_group < 0:
+                continue
+            r.in_dec = True
+            self.ndec[r.res_group] += 1
+            drop[r.res_group] += G + steps - (t if t > G else G)
+        self.sums[0] -= drop[0]
+        self.sums[1] -= drop[1]
+
     def to_state(self) -> dict[str, Any]:
         return {"sums": list(self.sums), "ndec": list(self.ndec), "heap": [list(e) for e in self.heap],
                 "seq": self.seq}

@@ -186,6 +186,20 @@ class OpenLoop(_Workload):
                 yield env.timeout(delay)
             self._watch(server.submit(self._spec(env, i, t, self.max_new_tokens, self.ignore_eos)))
 
+    def planned_arrivals(self, start_s: float) -> list[tuple[float, RequestSpec]]:
+        """(submission time, spec) of everything :meth:`start` would submit, at the very float times it would
+        (arrivals do not depend on completions), so a caller may hand them to the server up front
+        (``simcore.engine.simulate``)."""
+        out, now = [], start_s
+        for i, t in enumerate(self.templates):
+            delay = start_s + self.offsets_s[i] - now
+            if delay > 0:
+                now = now + delay  # what env.timeout(delay) advances the clock to
+            out.append((now, RequestSpec(f"{self.rid_prefix}{i}", float(now), t.input_len, t.output_len,
+                                         t.output_len if self.max_new_tokens is None else self.max_new_tokens,
+                                         t.key, 1, self.ignore_eos)))
+        return out
+
     def start(self, env: simpy.Environment, server: Server) -> simpy.Process:
         return env.process(self._run(env, server))
 
@@ -212,6 +226,19 @@ class TraceReplay(_Workload):
             spec = dataclasses.replace(r, arrival_s=float(env.now))
             self.submitted.append(spec)
             self._watch(server.submit(spec))
+
+    def planned_arrivals(self, start_s: float) -> list[tuple[float, RequestSpec]]:
+        """(submission time, spec) of everything :meth:`start` would submit (see OpenLoop)."""
+        if not self.requests:
+            return []
+        out, now, t0 = [], start_s, self.requests[0].arrival_s
+        for r in self.requests:
+            delay = start_s + (r.arrival_s - t0) * self.time_scale - now
+            if delay > 0:
+                now = now + delay
+            at = float(now)
+            out.append((at, r if r.arrival_s == at else dataclasses.replace(r, arrival_s=at)))
+        return out
 
     def start(self, env: simpy.Environment, server: Server) -> simpy.Process:
         return env.process(self._run(env, server))

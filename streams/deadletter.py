@@ -121,16 +121,17 @@ class DeadLetter:
 
 
 def read_dead_letters(bootstrap_servers: str, topic: str, *, partitions: list[int] | None = None,
-                      idle_timeout_s: float = 2.0, max_wait_s: float = 60.0) -> list[DeadLetter]:
+                      idle_timeout_s: float = 2.0, max_wait_s: float = 60.0, **kafka_options: Any) -> list[DeadLetter]:
     """Read every dead letter now on ``topic`` (``partitions``, default all; from the beginning; no group).
 
+    ``kafka_options`` go to kafka-python's consumer (TLS/SASL: ``streams.kafka_security``).
     Stops once the end offsets of every partition are reached, or after ``idle_timeout_s`` without a record
     (whichever comes first), and never waits longer than ``max_wait_s``.
     """
     from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False,
-                             auto_offset_reset="earliest", group_id=None)
+                             auto_offset_reset="earliest", group_id=None, **kafka_options)
     try:
         parts = consumer.partitions_for_topic(topic) or set()
         if partitions is not None:

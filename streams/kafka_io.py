@@ -190,13 +190,16 @@ class EventConsumer:
             "max_poll_records": max_poll_records,
         }
         options.update(kafka_options)
+        # TLS/SASL options (streams.kafka_security) apply to every client of this member, not only the consumer.
+        self._security = {k: v for k, v in kafka_options.items() if k.startswith(("security_", "sasl_", "ssl_"))}
         self._consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, **options)
         self._listener = _RecordingListener()
         self._consumer.subscribe([topic], listener=self._listener)
         self._dlq: KafkaProducer | None = None
         self._dlq_partitions: int | None = None
         if dead_letter_topic is not None:
-            self._dlq = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=5, retries=5)
+            self._dlq = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=5, retries=5,
+                                      **self._security)
         self._seeked: set[TP] = set()
         self.dead_letters = 0
 
@@ -259,7 +262,7 @@ class EventConsumer:
 
             assert self.dead_letter_topic is not None and self._dlq_partitions is not None
             letters = read_dead_letters(self._bootstrap_servers, self.dead_letter_topic,
-                                        partitions=[partition % self._dlq_partitions])
+                                        partitions=[partition % self._dlq_partitions], **self._security)
             self._parked[key] = {d.source_offset for d in letters
                                  if d.source_topic == topic and d.source_partition == partition}
         return self._parked[key]

@@ -7,6 +7,11 @@ Two modes:
 * **raw** (``raw=True``): lines are sent as they are, keyed by the instance id, as a log shipper would; the
   consumer decodes them. Whole-document formats (Prometheus text, OTLP, bench console) go as one record.
 
+Relative-time traces (Mooncake, ShareGPT: arrival times counted from 0) are anchored at ``start_ts`` (Unix seconds;
+default: the wall time when publishing starts), so a replay describes *now* instead of 1970; files with their own
+wall-clock times (SGLang logs, Azure traces) keep them. ``start_ts`` also times lines that precede a file's first
+timestamp.
+
 ``speed`` paces sending by event time: an event ``t`` seconds after the first one is sent ``t / speed`` seconds
 of wall time after it (never earlier; late events are not waited for). The clock and sleep are injected.
 """
@@ -115,7 +120,8 @@ class FilePublisher:
 
     def __init__(self, producer: _Producer, *, fmt: str = "auto", instance_id: str | None = None,
                  raw: bool = False, speed: float | None = None, progress: Progress | None = None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 start_ts: float | None = None, wall_clock: Callable[[], float] = time.time) -> None:
         from streams.decode import FORMATS  # noqa: PLC0415
 
         if fmt not in FORMATS:
@@ -126,6 +132,11 @@ class FilePublisher:
         self._clock = clock
         self.stats = PublishStats()
         self._key = (instance_id or "default").encode()
+        self._start_ts, self._wall_clock = start_ts, wall_clock
+
+    def anchor_ts(self) -> float:
+        """Where relative times start: ``start_ts``, else the wall time now (Unix seconds)."""
+        return self._start_ts if self._start_ts is not None else self._wall_clock()
 
     # -- sending -------------------------------------------------------------------------------------------------
     def _event(self, ev: Event) -> None:
@@ -153,7 +164,7 @@ class FilePublisher:
         start = self._clock()
         try:
             if not self.raw:
-                for item in iter_file_events(p, self.fmt, self.instance_id):
+                for item in iter_file_events(p, self.fmt, self.instance_id, start_ts=self.anchor_ts()):
                     if item.event is not None:
                         self._event(item.event)
                     elif item.dead_letter is not None:
@@ -194,7 +205,7 @@ class FilePublisher:
     def _context(self, source: str) -> Any:
         from streams.adapters.base import ParseContext  # noqa: PLC0415
 
-        ctx = ParseContext(source=source, instance_id=self.instance_id or "default")
+        ctx = ParseContext(source=source, instance_id=self.instance_id or "default", default_ts=self.anchor_ts())
         if self.instance_id:
             ctx.scratch["instance_fixed"] = True  # the command line names the instance: lines may not rename it
         return ctx

@@ -22,7 +22,9 @@ Benchmark protocol, from every page's "Benchmark Script" section:
 - measured: Mean TTFT, Mean TPOT (ms), Request throughput (req/s).
 
 Server: model, TP, EP, DP attention from the serve command; GPU from the hardware line; version from the engine
-versions. A flag the simulator does not model (speculative decoding, torch.compile, pipeline parallelism, a
+versions. The flags the simulator models (`simcore.server_flags`, the table of `shadowsim predict`) go into the
+`server_args` column as typed, so `validate` simulates the server that was measured. A flag the simulator does not
+model (speculative decoding, torch.compile, pipeline parallelism, a
 non-default attention backend, ...) puts its reason in the `unsupported` column, and `validate` skips the row with
 it; unknown models and EP / DP attention are left for `validate` to refuse (the catalogue may grow). Model ids that
 are the same architecture as a catalogued config are mapped (`MODEL_ALIASES`); checkpoints that only quantize a
@@ -53,7 +55,7 @@ OUT = HERE / "gpustack_sglang.csv"
 
 COLUMNS = ("id", "model", "gpu", "precision", "tp", "ep", "dp_attention", "isl", "osl", "concurrency",
            "request_rate", "num_requests", "sglang_version", "measured_ttft_ms", "measured_tpot_ms",
-           "measured_throughput_rps", "warmup_requests", "length_dist", "unsupported", "source")
+           "measured_throughput_rps", "warmup_requests", "length_dist", "unsupported", "server_args", "source")
 
 # Same architecture (config.json differs only in context length / weights): the catalogued id simulates them.
 MODEL_ALIASES = {
@@ -68,6 +70,26 @@ GPUS = (("H200 SXM", "h200_sxm"), ("H100 SXM", "h100_sxm"), ("A100 SXM", "a100_s
 HARMLESS = {"--host", "--port", "--model-path", "--model", "--tp-size", "--tp", "--ep-size", "--dp-size", "--dp",
             "--enable-dp-attention", "--chat-template", "--reasoning-parser", "--tool-call-parser",
             "--context-length"}
+
+
+def _simulated_flags() -> set[str]:
+    import sys as _sys
+
+    root = str(HERE.parent)
+    if root not in _sys.path:
+        _sys.path.insert(0, root)
+    from simcore.server_flags import SERVER_FLAGS
+
+    return {f.flag for f in SERVER_FLAGS if f.sglang}
+
+
+# The SGLang flags `shadowsim predict` models (simcore.server_flags): they travel in the `server_args` column.
+SIMULATED_FLAGS = _simulated_flags()
+
+
+def _server_args(flags: dict[str, str | None]) -> str:
+    """The serve command's flags that the simulator models, as typed (`server_args` column)."""
+    return " ".join(k if v is None else f"{k} {shlex.quote(v)}" for k, v in flags.items() if k in SIMULATED_FLAGS)
 
 
 def _flags(cmd: str) -> dict[str, str | None]:
@@ -97,10 +119,8 @@ def _unsupported(flags: dict[str, str | None], gpu: str) -> str | None:
     # SGLang's default on Hopper for GQA models is fa3, so naming it changes nothing there
     if backend is not None and not (backend == "fa3" and gpu in ("h100_sxm", "h200_sxm")):
         return f"non-default attention backend ({backend}) is not modelled"
-    if flags.get("--kv-cache-dtype") not in (None, "auto"):
-        return f"--kv-cache-dtype {flags['--kv-cache-dtype']} is not carried by the measurement format"
-    other = sorted(k for k in flags if k not in HARMLESS and k not in ("--pp-size", "--attention-backend",
-                                                                        "--kv-cache-dtype", "--cuda-graph-max-bs"))
+    other = sorted(k for k in flags if k not in HARMLESS and k not in ("--pp-size", "--attention-backend")
+                   and k not in SIMULATED_FLAGS)
     if other:
         return f"server flag(s) {' '.join(other)} not modelled"
     return None
@@ -155,6 +175,7 @@ def build(shared: Path) -> tuple[list[dict[str, object]], list[str]]:
             "measured_throughput_rps": m["Request throughput (req/s)"],
             "warmup_requests": 0, "length_dist": "fixed",
             "unsupported": _unsupported(flags, gpu) or "",
+            "server_args": _server_args(flags),
             "source": f"{r['file']} | {r['section']} | {' '.join(r['serve_cmd'].split())} | "
                       f"num_prompts {num_prompts}",
         })

@@ -8,12 +8,15 @@ Sources -> generated files:
   deploy/prometheus/rules/*.yml          -> deploy/k8s/prometheusrule.yaml   (PrometheusRule CRD)
   deploy/grafana/dashboards/*.json       -> deploy/k8s/grafana-dashboards.yaml (ConfigMap for Grafana's sidecar)
   deploy/shadow.yaml                     -> deploy/k8s/shadow-config.yaml (ConfigMap mounted by the Deployment)
+  deploy/site.yaml runbook_base_url      -> the runbook_url of every alert in deploy/prometheus/rules/*.yml
+                                            (absolute: base + "#" + the alert's section in docs/operations.md)
 Editing a generated file by hand is pointless: the next render overwrites it and the tests flag the drift.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,39 @@ def _yaml(doc: Any) -> str:
     return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=1000, allow_unicode=True)
 
 
+def runbook_base() -> str:
+    """deploy/site.yaml's runbook_base_url: absolute (http/https), without a trailing '#' or '/'."""
+    site = yaml.safe_load((DEPLOY / "site.yaml").read_text()) or {}
+    base = str(site.get("runbook_base_url", "")).rstrip("#/")
+    if not re.fullmatch(r"https?://[^\s#]+", base):
+        raise SystemExit(f"deploy/site.yaml: runbook_base_url must be an absolute http(s) URL, got {base!r}")
+    return base
+
+
+_ALERT_RE = re.compile(r"^(\s*)- alert: (\S+)\s*$")
+_RUNBOOK_RE = re.compile(r'^(\s*runbook_url: ).*$')
+
+
+def alert_rules_with_runbooks(path: Path, base: str) -> str:
+    """The rule file with each alert's runbook_url set to ``base#<alert name, lower case>`` (text edit: comments
+    and layout stay)."""
+    out, alert = [], None
+    for line in path.read_text().splitlines():
+        m = _ALERT_RE.match(line)
+        if m:
+            alert = m.group(2)
+        r = _RUNBOOK_RE.match(line)
+        if r and alert is not None:
+            line = f'{r.group(1)}"{base}#{alert.lower()}"'
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def rule_files() -> dict[Path, str]:
+    base = runbook_base()
+    return {p: alert_rules_with_runbooks(p, base) for p in sorted((DEPLOY / "prometheus" / "rules").glob("*.yml"))}
+
+
 def dashboard_files() -> dict[Path, str]:
     out = {}
     for name, build in dashboards.DASHBOARDS.items():
@@ -55,10 +91,10 @@ def dashboard_files() -> dict[Path, str]:
     return out
 
 
-def prometheus_rule() -> str:
+def prometheus_rule(rules: dict[Path, str]) -> str:
     groups: list[Any] = []
-    for path in sorted((DEPLOY / "prometheus" / "rules").glob("*.yml")):
-        groups.extend(yaml.safe_load(path.read_text())["groups"])
+    for _, text in sorted(rules.items()):
+        groups.extend(yaml.safe_load(text)["groups"])
     doc = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
@@ -93,9 +129,11 @@ def shadow_configmap() -> str:
 
 def render() -> dict[Path, str]:
     files = dashboard_files()
+    rules = rule_files()
     return {
         **files,
-        DEPLOY / "k8s" / "prometheusrule.yaml": prometheus_rule(),
+        **rules,
+        DEPLOY / "k8s" / "prometheusrule.yaml": prometheus_rule(rules),
         DEPLOY / "k8s" / "grafana-dashboards.yaml": dashboards_configmap(files),
         DEPLOY / "k8s" / "shadow-config.yaml": shadow_configmap(),
     }

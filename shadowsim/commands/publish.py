@@ -13,6 +13,7 @@ By default the file is decoded here and each event goes out as canonical event J
                   Messages that do not decode go to --dead-letter-topic (default sglang.events.dlq) with
                   the reason in the `error` header; the summary counts them (errors, dead_letters)
 
+Kafka TLS/SASL: the SHADOWSIM_KAFKA_* environment variables, as for `shadowsim run` (docs/operations.md).
 Progress is shown on stderr when it is a terminal; --json prints a summary object on stdout at the end.
 
 Examples:
@@ -57,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --follow: skip what the file holds now, ship only new lines")
     parser.add_argument("--speed", type=float, default=None, metavar="N",
                         help="replay at N x the recorded timing (default: as fast as possible)")
+    parser.add_argument("--start-ts", default=None, metavar="TIME",
+                        help="where a trace with relative times (Mooncake, ShareGPT: from 0) starts, as Unix seconds "
+                             "or ISO 8601 (2026-01-31T12:00:00Z); default: now, so the shadow sees current traffic. "
+                             "Files with their own clock times (SGLang logs, Azure traces) keep them")
     parser.add_argument("--idle-timeout-s", type=float, default=None, metavar="S",
                         help="with --follow or --zmq: stop after S seconds without new input (default: never)")
     parser.add_argument("--zmq", metavar="ENDPOINT", help="bridge a ZMQ feed, e.g. tcp://127.0.0.1:5557")
@@ -111,6 +116,30 @@ def _check(args: argparse.Namespace) -> None:
                         "--speed replays a recorded file; --follow ships lines as they are written")
     if args.partitions < 1:
         raise UserError("--partitions", f"must be >= 1, got {args.partitions}")
+    if args.start_ts is not None:
+        args.start_ts = parse_start_ts(args.start_ts)
+        if args.raw:
+            raise UserError("--start-ts", "applies to decoded events, not --raw lines",
+                            "drop --raw: the consumer times raw lines by their Kafka record time")
+
+
+def parse_start_ts(text: str) -> float:
+    """``--start-ts``: Unix seconds, or an ISO 8601 time (UTC unless it names a zone)."""
+    import math  # noqa: PLC0415
+
+    from streams.adapters.timestamps import parse_iso  # noqa: PLC0415
+
+    try:
+        ts = float(text)
+    except ValueError:
+        parsed = parse_iso(text.strip())
+        if parsed is None:
+            raise UserError("--start-ts", f"{text!r} is neither Unix seconds nor an ISO 8601 time",
+                            "e.g. 1767225600 or 2026-01-01T00:00:00Z") from None
+        ts = parsed
+    if not math.isfinite(ts) or not 0 <= ts < 4102444800:  # 2100-01-01
+        raise UserError("--start-ts", f"{text!r} is outside 1970..2100", "give Unix seconds, e.g. 1767225600")
+    return ts
 
 
 def _dead_letter_topic(args: argparse.Namespace) -> str | None:
@@ -123,8 +152,12 @@ def _producer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from streams.broker import create_topics, wait_until_answers  # noqa: PLC0415
     from streams.kafka_io import EventProducer  # noqa: PLC0415
 
+    from streams.kafka_security import security_from  # noqa: PLC0415
+
+    security = security_from(None)  # TLS/SASL from SHADOWSIM_KAFKA_* (docs/operations.md, "Kafka security")
+    kw = security.kafka_kwargs()
     try:
-        wait_until_answers(args.bootstrap_servers, timeout_s=10.0)
+        wait_until_answers(args.bootstrap_servers, timeout_s=10.0, **kw)
     except (TimeoutError, ValueError) as exc:
         raise UserError("--bootstrap-servers", f"no Kafka answers at {args.bootstrap_servers} ({exc})",
                         "is the broker running? `shadowsim broker` starts one on 127.0.0.1:9092") from None
@@ -133,10 +166,10 @@ def _producer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     if dlq is not None:
         topics[dlq] = args.partitions
     try:
-        create_topics(args.bootstrap_servers, topics)
+        create_topics(args.bootstrap_servers, topics, **kw)
     except Exception as exc:  # noqa: BLE001 - no admin rights on a managed Kafka: the topic may exist anyway
         print(f"shadowsim publish: could not check/create topics {', '.join(topics)}: {exc}", file=sys.stderr)
-    return EventProducer(args.bootstrap_servers, args.topic)
+    return EventProducer(args.bootstrap_servers, args.topic, **kw)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -175,7 +208,7 @@ def _run_file(args: argparse.Namespace, producer, stop: threading.Event) -> dict
 
     progress = Progress(None) if args.no_progress or args.json else terminal_progress()
     pub = FilePublisher(producer, fmt=args.format, instance_id=args.instance_id, raw=args.raw, speed=args.speed,
-                        progress=progress)
+                        progress=progress, start_ts=args.start_ts)
     if args.follow:
         stats = pub.follow(args.file, stop=stop.is_set, from_end=args.from_end, idle_timeout_s=args.idle_timeout_s)
     else:
@@ -191,7 +224,10 @@ def _run_zmq(args: argparse.Namespace, producer, stop: threading.Event) -> dict[
     from streams.kafka_io import EventProducer  # noqa: PLC0415
 
     dlq_topic = _dead_letter_topic(args)
-    dlq = EventProducer(args.bootstrap_servers, dlq_topic) if dlq_topic is not None else None
+    from streams.kafka_security import security_from  # noqa: PLC0415
+
+    kw = security_from(None).kafka_kwargs()
+    dlq = EventProducer(args.bootstrap_servers, dlq_topic, **kw) if dlq_topic is not None else None
     bridge = ZmqBridge(args.zmq, args.zmq_kind, producer, instance_id=args.instance_id, dead_letters=dlq)
     try:
         stats = bridge.run(max_messages=args.max_messages, idle_timeout_s=args.idle_timeout_s, stop=stop.is_set)

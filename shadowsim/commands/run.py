@@ -8,6 +8,10 @@ request, joined with the actual values, are appended to --predictions (JSONL, de
 request_id). State is snapshotted to --state-dir every --snapshot-every-s seconds or --snapshot-every-events
 records; a restarted process resumes from there. Several processes in one --group share the partitions.
 
+Kafka TLS and SASL come from shadow.yaml's kafka.security section and SHADOWSIM_KAFKA_* environment variables
+(SHADOWSIM_KAFKA_SECURITY_PROTOCOL=SASL_SSL, SHADOWSIM_KAFKA_SASL_MECHANISM=SCRAM-SHA-512, ..._SASL_USERNAME,
+..._SASL_PASSWORD or ..._SASL_PASSWORD_FILE, ..._SSL_CAFILE; see docs/operations.md, "Kafka security").
+
 Examples:
   shadowsim run --bootstrap-servers kafka:9092 --config shadow.yaml
   shadowsim run --topic sglang.events --group shadow --metrics-port 9400 --predictions preds.jsonl
@@ -37,7 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "Without it, or for an instance it does not describe, a twin uses the model/GPU of the server's "
                    "server_config events, else the placeholder linear latency model (logged once)")
     p.add_argument("--metrics-port", type=int, help="port of /metrics and /healthz (default 9400; 0 = any free)")
-    p.add_argument("--metrics-host", default="0.0.0.0", help="address to serve metrics on (default 0.0.0.0)")
+    p.add_argument("--metrics-host", default="127.0.0.1", help="address to serve /metrics, /healthz and /readyz on "
+                   "(default 127.0.0.1, this host only; 0.0.0.0 in a container, where Prometheus scrapes from outside)")
     p.add_argument("--state-dir", type=Path, help="directory of the snapshot files (default ./shadow-state)")
     p.add_argument("--predictions", type=Path, help="append per-request predictions joined with actuals (JSONL)")
     p.add_argument("--snapshot-every-s", type=float, help="wall seconds between checkpoints (default 10)")
@@ -80,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    print(f"shadowsim run: topic {cfg.kafka.topic} group {cfg.kafka.group} at {cfg.kafka.bootstrap_servers}; "
-          f"metrics on :{rt.metrics_port}/metrics", file=sys.stderr, flush=True)
+    print(f"shadowsim run: topic {cfg.kafka.topic} group {cfg.kafka.group} at {cfg.kafka.bootstrap_servers} "
+          f"({cfg.kafka.security.describe()}); metrics on {args.metrics_host}:{rt.metrics_port}/metrics "
+          "(/healthz, /readyz)", file=sys.stderr, flush=True)
     try:
         n = rt.run(stop=stop, idle_timeout_s=args.exit_when_idle_s, status=not args.quiet)
     finally:

@@ -80,10 +80,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "for their responses (one continuous loop; the old protocol)")
     parser.add_argument("--server-args", default=None, metavar="FLAGS",
                         help="SGLang launch flags for rows without a server_args column, e.g. "
-                             "'--enable-mixed-chunk --max-prefill-tokens 2524' (default: SGLang's defaults)")
-    parser.add_argument("--deployment", default="as-deployed", choices=("as-deployed", "defaults"),
+                             "'--enable-mixed-chunk --max-prefill-tokens {isl+1500}' ({isl}, {osl}, {isl+N} are the row's numbers), or 'aiconfigurator': the flags "
+                             "aiconfigurator's deployment generator wrote by the row's version (none before "
+                             "0.5.6; --max-prefill-tokens isl+1500; --enable-mixed-chunk too from 0.5.8; "
+                             "docs/accuracy.md 3.1) (default: SGLang's defaults)")
+    parser.add_argument("--deployment", default="as-deployed", choices=("as-deployed", "defaults", "flags"),
                         help="as-deployed = each row's server_args (else --server-args, else SGLang's defaults); "
-                             "defaults = ignore them and run SGLang's defaults (to compare)")
+                             "defaults = ignore them, SGLang's defaults for every row; flags = ignore them, "
+                             "--server-args for every row (to compare deployments)")
     parser.add_argument("--variability", default="off", choices=("off", "measured"),
                         help="random parts of a real run: measured = step-time jitter, run-to-run kernel factor "
                              "and client/network delays of docs/accuracy.md 3.7 (default off)")
@@ -161,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         output_path_s_per_token=args.output_path_us_per_token * 1e-6,
         tokenizer_s_per_request=args.tokenizer_us_per_request * 1e-6, client=args.client,
         warmup_barrier=not args.no_warmup_barrier, server_args=args.server_args,
-        use_server_args=args.deployment == "as-deployed",
+        deployment=args.deployment,
         variability=Variability.measured() if args.variability == "measured" else None)
     rows = select_rows(args.measurements, read_rows(args.measurements), args.only)
     profile = CalibrationProfile.load(args.profile) if args.profile else None

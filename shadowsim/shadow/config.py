@@ -18,11 +18,16 @@ Example ``shadow.yaml``::
       window_s: 60.0
       mape_threshold: {ttft: 0.25, tpot: 0.15, e2e: 0.2}
     snapshot: {dir: ./shadow-state, every_s: 10, every_events: 5000}
+    kafka:                         # TLS/SASL: streams/kafka_security.py, docs/operations.md "Kafka security"
+      bootstrap_servers: kafka:9093
+      security: {protocol: SASL_SSL, sasl_mechanism: SCRAM-SHA-512, sasl_username: shadowsim,
+                 sasl_password_file: /var/run/secrets/kafka/password, ssl_cafile: /etc/kafka-ca/ca.crt}
 
 See deploy/shadow.yaml for the file the deployments mount.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +35,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simcore.errors import UserError
+from streams.kafka_security import KafkaSecurity, security_from
 
 MetricName = Literal["ttft", "tpot", "e2e"]
 METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
@@ -112,6 +118,8 @@ class KafkaConfig(_Frozen):
     group: str = "shadowsim"
     session_timeout_ms: int = Field(10_000, ge=500, description="a member silent this long leaves the group; its "
                                     "partitions move (a restarted process waits this long for them)")
+    security: KafkaSecurity = Field(default_factory=KafkaSecurity, description="TLS and SASL "
+                                    "(streams.kafka_security); SHADOWSIM_KAFKA_* environment variables win")
 
 
 class ShadowConfig(_Frozen):
@@ -141,8 +149,10 @@ def merge_instance(base: InstanceConfig, own: InstanceConfig | None) -> Instance
     return InstanceConfig.model_validate(data)
 
 
-def load_config(path: Path | str | None, overrides: dict[str, Any] | None = None) -> ShadowConfig:
-    """Read ``shadow.yaml`` (or nothing) and apply ``overrides`` (dotted keys, e.g. ``kafka.topic``)."""
+def load_config(path: Path | str | None, overrides: dict[str, Any] | None = None,
+                env: Mapping[str, str] | None = None) -> ShadowConfig:
+    """Read ``shadow.yaml`` (or nothing) and apply ``overrides`` (dotted keys, e.g. ``kafka.topic``), then the
+    ``SHADOWSIM_KAFKA_*`` variables of ``env`` (default ``os.environ``) to ``kafka.security``."""
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -163,8 +173,15 @@ def load_config(path: Path | str | None, overrides: dict[str, Any] | None = None
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
+    # kafka.security: the file's section with the SHADOWSIM_KAFKA_* environment laid over it (secrets by env).
+    kafka_section = data.get("kafka")
+    security_section = kafka_section.pop("security", None) if isinstance(kafka_section, dict) else None
+    if security_section is not None and not isinstance(security_section, dict):
+        raise UserError("kafka.security", "must be a mapping", "see docs/operations.md, section Kafka security")
+    security = security_from(security_section, env)
     try:
         cfg = ShadowConfig.model_validate(data)
+        cfg = cfg.model_copy(update={"kafka": cfg.kafka.model_copy(update={"security": security})})
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(x) for x in err["loc"]) or "config"

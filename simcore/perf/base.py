@@ -66,6 +66,13 @@ class LatencyModel(Protocol):
         ...
 
 
+def has_pure_step_time(latency: LatencyModel) -> bool:
+    """Whether ``latency`` declares (``pure_step_time = True``) that a step's time depends on its shape alone, so
+    callers may price steps ahead, memoize or interpolate them (decode runs, simcore.decode_run). Models that draw
+    random numbers per call or read a clock must not declare it; undeclared counts as not pure."""
+    return bool(getattr(latency, "pure_step_time", False))
+
+
 @dataclass
 class LinearLatencyModel:
     """A transparent analytic model: a + b·tokens + c·Σkv. Used by tests and as a last resort.
@@ -74,6 +81,7 @@ class LinearLatencyModel:
     tests can state exact expected times.
     """
 
+    pure_step_time = True  # see LatencyModel: the step time is a function of the shape alone
     base_s: float = 0.005
     per_extend_token_s: float = 1.0e-4
     per_prefix_token_s: float = 0.0
@@ -105,6 +113,11 @@ class GpuTimeScaling:
     """
 
     base: LatencyModel
+    pure_gpu_factor = False  # a subclass whose factor depends on the shape alone says True
+
+    @property
+    def pure_step_time(self) -> bool:
+        return self.pure_gpu_factor and has_pure_step_time(self.base)
 
     @property
     def name(self) -> str:

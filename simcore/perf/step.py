@@ -32,6 +32,8 @@ _MEMO_LIMIT = 200_000
 class StepLatencyModel:
     """Implements `simcore.perf.base.LatencyModel` for one (model, GPU, TP, precision)."""
 
+    pure_step_time = True  # a function of the shape alone (simcore.perf.base.has_pure_step_time)
+
     def __init__(self, model: ModelSpec, costs: TableCosts | RooflineCosts, tp: int, precision: str,
                  profile: CalibrationProfile, *, kv_dtype_bytes: int = 2, backend: str = "table") -> None:
         self.model = model

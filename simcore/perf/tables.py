@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import pickle
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -262,7 +265,69 @@ def tables_digest(gpu: str) -> str:
     return h.hexdigest()[:12]
 
 
+# ---- binary cache of built tables (start-up) -------------------------------------------------------------
+# Building a GPU's grids (hole filling, smoothing) costs ~0.5 s of CPU; unpickling them ~5 ms. The edge (CLI,
+# benchmarks) names a cache folder with `use_cache_dir`; the core never looks one up by itself (no environment).
+_CACHE_FORMAT = 1
+_cache_dir: Path | None = None
+
+
+def use_cache_dir(path: str | Path | None) -> None:
+    """Keep built tables in ``path``, one binary file per GPU named by the digest of its table files and of the
+    code that builds them (tables.py, interp.py), so a later process loads them instead of building them.
+    ``None`` (the default): build in every process. A damaged or stale file is rebuilt and replaced."""
+    global _cache_dir
+    _cache_dir = Path(path) if path is not None else None
+    load_tables.cache_clear()
+
+
+@lru_cache(maxsize=1)
+def _code_digest() -> str:
+    h = hashlib.sha256(str(_CACHE_FORMAT).encode())
+    for mod in ("tables.py", "interp.py"):
+        h.update(resources.files("simcore.perf").joinpath(mod).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _cache_file(gpu: str, digest: str) -> Path | None:
+    return None if _cache_dir is None else _cache_dir / f"tables-{gpu}-{digest}-{_code_digest()}.pickle"
+
+
+def _read_cached(path: Path, digest: str) -> GpuTables | None:
+    try:
+        with path.open("rb") as fh:
+            t = pickle.load(fh)
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
+        return None
+    return t if isinstance(t, GpuTables) and t.digest == digest else None
+
+
+def _write_cached(path: Path, tables: GpuTables) -> None:
+    """Atomically (write a sibling, rename): concurrent processes never read half a file. Errors are ignored:
+    a cache that cannot be written only costs the build next time."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("wb") as fh:
+            pickle.dump(tables, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
 @lru_cache(maxsize=8)
 def load_tables(gpu: str) -> GpuTables | None:
-    """Cached `build_tables` for production use (tables are immutable once built; curves cache lazily)."""
-    return build_tables(gpu)
+    """Cached `build_tables` for production use (tables are immutable once built; curves cache lazily), from
+    the binary cache when `use_cache_dir` named one."""
+    if _cache_dir is None or not resources.files("simcore.perf").joinpath(f"data/tables/{gpu}/gemm.npz").is_file():
+        return build_tables(gpu)
+    digest = tables_digest(gpu)
+    path = _cache_file(gpu, digest)
+    assert path is not None
+    cached = _read_cached(path, digest)
+    if cached is not None:
+        return cached
+    built = build_tables(gpu)
+    if built is not None:
+        _write_cached(path, built)
+    return built

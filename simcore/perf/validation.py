@@ -33,11 +33,12 @@ deployments (``bench_run.sh``: aiperf, chat endpoint, streaming, ``ignore_eos``,
   on): mean TTFT and its p10/p50/p90; mean TPOT = mean over requests of (e2e − TTFT)/(osl − 1); mean e2e;
   throughput = completed / (last finish − first arrival), in requests and output tokens per second; the
   lockstep index of the closed loop's arrivals (`simcore.benchmark_clients.lockstep_index`, window half the
-  mean TPOT) with a warning at ``LOCKSTEP_WARNING`` or more.
+  mean TPOT; loops of two rounds or more) with a warning at ``LOCKSTEP_WARNING`` or more.
 """
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -297,8 +298,12 @@ class Protocol:
     tokenizer_s_per_request: float = 0.0
     client: str | None = None  # overrides every row's client (None: the row's column, else by its load)
     warmup_barrier: bool = True  # aiperf: profiling starts when every warm-up response is back
-    server_args: str | None = None  # flags for rows without a server_args column (None: SGLang defaults)
-    use_server_args: bool = True  # False: every row at SGLang's defaults, its server_args ignored (comparisons)
+    # flags for rows without a server_args column (None: SGLang defaults); may say {isl}, {isl+1500}, {osl}, or be
+    # GENERATOR ("aiconfigurator": the generator's flags by the row's version)
+    server_args: str | None = None
+    # as-deployed: the row's column, else server_args; defaults: SGLang's defaults for every row (column
+    # ignored); flags: server_args for every row (column ignored)
+    deployment: str = "as-deployed"
     variability: Variability | None = None  # None / off: the deterministic simulator (docs/accuracy.md §3.7)
 
     def __post_init__(self) -> None:
@@ -316,19 +321,63 @@ class Protocol:
                             f"use one of: {', '.join(LENGTH_DISTS)}")
         if self.client is not None and self.client not in CLIENTS:
             raise UserError("--client", f"unknown client {self.client!r}", f"use one of: {', '.join(CLIENTS)}")
-        if self.server_args is not None:
-            parse_server_args(self.server_args, "--server-args")  # fail before any row runs
+        if self.deployment not in DEPLOYMENTS:
+            raise UserError("--deployment", f"unknown deployment {self.deployment!r}",
+                            f"use one of: {', '.join(DEPLOYMENTS)}")
+        if self.server_args is not None and self.server_args != GENERATOR:
+            parse_server_args(expand_row_flags(self.server_args, 1024, 1024), "--server-args")  # fail early
+
+
+# aiconfigurator's deployment generator (ai-dynamo/aiconfigurator src/aiconfigurator/generator/rule_plugin/
+# sglang.rule and benchmark/sglang.rule, git history): SGLang rules since 2025-12-04 (#144: agg max_prefill_tokens
+# = isl + 1500), --enable-mixed-chunk since 2026-01-19 (#257/#258). A version gives the earliest date a run could
+# have had: wheels of 0.5.6 were built 2025-12-03, of 0.5.8 2026-01-23 (docs/accuracy.md §3.1).
+GENERATOR = "aiconfigurator"
+
+
+def generator_server_args(isl: int, sglang_version: str) -> str | None:
+    """The flags aiconfigurator's generator writes for an aggregated SGLang deployment benchmarked at ``isl``,
+    by the earliest date the row's version allows: None before 0.5.6 (released before the generator's SGLang
+    rules; SGLang defaults), ``--max-prefill-tokens isl+1500`` for 0.5.6–0.5.7, and ``--enable-mixed-chunk`` as
+    well from 0.5.8 (released after 2026-01-19)."""
+    from simcore.settings import _version_tuple
+
+    v = _version_tuple(sglang_version)
+    if v < (0, 5, 6):
+        return None
+    flags = f"--max-prefill-tokens {isl + 1500}"
+    return ("--enable-mixed-chunk " + flags) if v >= (0, 5, 8) else flags
+
+
+DEPLOYMENTS = ("as-deployed", "defaults", "flags")
+
+
+def expand_row_flags(text: str, isl: int, osl: int) -> str:
+    """``{isl}``, ``{osl}``, ``{isl+N}`` / ``{osl+N}`` in flags → the row's numbers (one flag string for a file
+    whose rows differ in lengths, e.g. the generator's ``--max-prefill-tokens {isl+1500}``)."""
+    def sub(m: "re.Match[str]") -> str:
+        base = isl if m.group(1) == "isl" else osl
+        return str(base + int(m.group(2) or 0))
+
+    out = re.sub(r"\{(isl|osl)(?:\+(\d+))?\}", sub, text)
+    if "{" in out or "}" in out:
+        raise UserError("--server-args", f"cannot expand {text!r}", "use {isl}, {osl}, {isl+N} or {osl+N}")
+    return out
 
 
 def _row_settings(row: Row, p: Protocol) -> tuple[dict[str, Any], str | None]:
     """ServerSettings fields of the row as deployed, and the flags they came from (None: SGLang defaults)."""
-    if not p.use_server_args:
+    if p.deployment == "defaults":
         return {}, None
-    if row.server_args:
+    if row.server_args and p.deployment == "as-deployed":
         return dict(row.server_settings), row.server_args
-    if p.server_args:
-        return parse_server_args(p.server_args, "--server-args", tp=row.tp), p.server_args
-    return {}, None
+    if not p.server_args:
+        return {}, None
+    if p.server_args == GENERATOR:
+        text = generator_server_args(row.isl, row.sglang_version)
+        return (parse_server_args(text, f"row {row.id}"), text) if text else ({}, None)
+    text = expand_row_flags(p.server_args, row.isl, row.osl)
+    return parse_server_args(text, f"row {row.id} (--server-args)", tp=row.tp), text
 
 
 def _workload(row: Row, p: Protocol, seed: int) -> tuple[Any, int, str]:
@@ -418,11 +467,14 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
     extra: dict[str, Any] = {
         "predicted_ttft_p10_ms": p10, "predicted_ttft_p50_ms": p50, "predicted_ttft_p90_ms": p90,
         "predicted_output_tokens_per_s": sum(r.output_len for r in recs) / span if span > 0 else float("nan"),
-        "lockstep_index": None, "warnings": [],
+        "lockstep_index": None, "warnings": [], "client": client,
         "deployment": f"as deployed: {flags_text}" if flags_text else (
             "SGLang defaults (server_args ignored)" if row.server_args else "SGLang defaults (no server_args)"),
+        "server_args_source": None if flags_text is None else (
+            "column" if row.server_args and p.deployment == "as-deployed" else "--server-args"),
     }
-    if client == "aiperf" and row.concurrency and tpots:
+    # a loop of at least two rounds (a burst of one request per client is one wave by construction)
+    if client == "aiperf" and row.concurrency and tpots and len(recs) >= 2 * row.concurrency:
         idx = lockstep_index([r.arrival_s for r in recs], row.concurrency, window_s=float(np.mean(tpots)) / 2)
         extra["lockstep_index"] = idx
         if idx >= LOCKSTEP_WARNING and row.concurrency > 1:

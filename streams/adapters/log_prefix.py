@@ -105,8 +105,25 @@ def split_header(line: str, ctx: ParseContext) -> tuple[str, dict[str, int]]:
     """Find the SGLang header, update ``ctx.last_ts``/``ctx.day_epoch``, return (message, rank fields).
     The rank dict may be shared between calls: treat it as read-only.
 
-    Lines without a header keep the whole text as message and inherit the last timestamp.
+    Lines without a header keep the whole text as message and inherit the last timestamp. A collector that
+    writes its own bracketed time in front of SGLang's (``[2025-01-07 20:16:03] [2025-01-07 20:16:02 TP0] msg``)
+    gives two headers: the second one is SGLang's, and its time and ranks win.
     """
+    msg, ranks = _split_one(line, ctx)
+    if msg[:1] == "[" and msg[1:2].isdigit():
+        inner = _fast_header(msg, ctx) or _bracket_at_start(msg, ctx)
+        if inner is not None:
+            return inner
+    return msg, ranks
+
+
+def _bracket_at_start(msg: str, ctx: ParseContext) -> tuple[str, dict[str, int]] | None:
+    """A second header that starts the message (the slow path of ``_fast_header``: time-only, gpu_id forms)."""
+    m = _HEADER.match(msg)
+    return _split_one(msg, ctx) if m is not None else None
+
+
+def _split_one(line: str, ctx: ParseContext) -> tuple[str, dict[str, int]]:
     if line[:1] == "[" and line[1:2].isdigit():
         fast = _fast_header(line, ctx)
         if fast is not None:

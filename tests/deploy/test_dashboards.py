@@ -27,10 +27,11 @@ def test_the_three_dashboards_exist_with_unique_uids() -> None:
 def test_variables_cluster_model_instance(name: str) -> None:
     variables = {v["name"]: v for v in DASHBOARDS[name]["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
-    for var in ("cluster", "model", "instance"):
+    # $instance lists shadowsim's `sglang_instance` label (the target's own `instance` is its host:port).
+    for var, label in (("cluster", "cluster"), ("model", "model"), ("instance", "sglang_instance")):
         v = variables[var]
         assert v["type"] == "query" and v["includeAll"] and v["allValue"] == ".*", var
-        assert re.fullmatch(r"label_values\(.+, " + var + r"\)", v["query"]["query"]), v["query"]
+        assert re.fullmatch(r"label_values\(.+, " + label + r"\)", v["query"]["query"]), v["query"]
 
 
 @pytest.mark.parametrize("name", sorted(DASHBOARDS))

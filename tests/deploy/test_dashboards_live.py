@@ -6,9 +6,12 @@ Setup (once per module, 15-20 s here):
   * a loopback HTTP server plays an SGLang server's /metrics with a real SGLang 0.4.3 sample
     (shared/data/sglang_logs) whose counters grow over time, so panels that put SGLang's own series next
     to the shadow's have data;
-  * a real `prometheus` (Debian package) runs with deploy/prometheus/prometheus.yml, changed only in what
-    a test needs: 1 s scrape and rule evaluation, loopback targets, rule files by absolute path, no
-    Alertmanager. Scrape options (honor_labels, target labels) are kept, so they are tested too.
+  * a real `prometheus` (Debian package) runs with deploy/prometheus/prometheus.yml's global and rule settings
+    (1 s scrape and rule evaluation, rule files by absolute path, no Alertmanager) and scrapes both jobs the
+    way kube-prometheus-stack does (`_operator_job`): job = the Service, instance = IP:port, namespace/service/
+    pod/container/endpoint labels from the pod's metadata, then the relabelings of the shipped
+    deploy/k8s/servicemonitor.yaml (shadowsim) and deploy/k8s/sglang/servicemonitor.yaml (SGLang) verbatim;
+    no honor_labels. Two SGLang pods: one the demo shadows (`SHADOWED_POD`), one it does not (`ORPHAN_POD`).
 The setup waits until every contract metric of docs/metrics.md has been scraped and then, up to 30 s, until
 every query below has data; the demo is stopped when the module ends. Then the tests:
   * evaluate every panel query and every variable query of every dashboard (variables -> `.*`,
@@ -47,6 +50,10 @@ from tests.deploy._prom import METRIC_RE, Prometheus
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 
 DEMO_DURATION_S = 75
+SHADOWED_POD = "emu-azure-conv-2"  # a demo instance: the pod name is the id its events carry
+ORPHAN_POD = "sglang-unshadowed-0"  # an SGLang pod whose events never reach the shadow
+SGLANG_SERVICE = "sglang-llama"
+NAMESPACE = "llm"
 SGLANG_SAMPLE = "sglang_logs/sglang-docs_v0.4.3_metrics_llama3.1-8b_loaded.prom.txt"
 VARIABLES = {"$cluster": ".*", "$model": ".*", "$instance": ".*", "$__rate_interval": "30s"}
 
@@ -70,8 +77,8 @@ ALERT_PROBES: dict[str, list[str]] = {
     "ShadowsimDeadLettersRising": [
         "sum by (cluster, job, reason) (increase(shadowsim_events_dead_lettered_total[10m])) > bool 10"],
     "ShadowsimStalled": ["time() - max by (cluster, job) (shadowsim_last_event_timestamp_seconds) > bool 600"],
-    "ShadowsimTwinMissing": ['max by (cluster, instance) (up{job="sglang"}) == 1',
-                             "max by (cluster, instance) (shadowsim_twin_up)"],
+    "ShadowsimTwinMissing": ["max by (cluster, job, instance, sglang_instance) (shadowsim:sglang_target:info)",
+                             "max by (cluster, sglang_instance) (shadowsim_twin_up)"],
     "ShadowsimDown": ['up{job="shadowsim"} == bool 0'],
 }
 
@@ -160,18 +167,45 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def _test_config(metrics_port: int, sglang_port: int) -> dict[str, Any]:
+def _relabelings(monitor: Path) -> list[dict[str, Any]]:
+    """A ServiceMonitor's endpoint relabelings in Prometheus' relabel_config spelling."""
+    doc = yaml.safe_load(monitor.read_text())
+    keys = {"sourceLabels": "source_labels", "targetLabel": "target_label", "replacement": "replacement",
+            "action": "action", "regex": "regex", "separator": "separator"}
+    return [{keys[k]: v for k, v in r.items()} for r in doc["spec"]["endpoints"][0].get("relabelings", [])]
+
+
+def _operator_job(name: str, service: str, pods: dict[str, str], monitor: Path) -> dict[str, Any]:
+    """A scrape job as the Prometheus Operator generates it for a ServiceMonitor endpoint: Kubernetes' metadata
+    (here static `__meta_kubernetes_*` target labels, one target per pod address) turned into namespace, service,
+    pod, container and endpoint labels, job = the Service's name, instance = the address; then the monitor's own
+    relabelings. ``pods``: pod name -> address."""
+    meta = [("__meta_kubernetes_namespace", "namespace"), ("__meta_kubernetes_service_name", "service"),
+            ("__meta_kubernetes_pod_name", "pod"), ("__meta_kubernetes_pod_container_name", "container"),
+            ("__meta_kubernetes_service_name", "job")]
+    relabel = [{"source_labels": [src], "target_label": dst, "action": "replace"} for src, dst in meta]
+    relabel.append({"target_label": "endpoint", "replacement": "http", "action": "replace"})
+    return {"job_name": f"serviceMonitor/{NAMESPACE}/{name}/0", "metrics_path": "/metrics",
+            "static_configs": [{"targets": [address], "labels": {
+                "__meta_kubernetes_namespace": NAMESPACE, "__meta_kubernetes_service_name": service,
+                "__meta_kubernetes_pod_name": pod, "__meta_kubernetes_pod_container_name": name}}
+                for pod, address in pods.items()],
+            "relabel_configs": relabel + _relabelings(monitor)}
+
+
+def _test_config(metrics_port: int, sglang_ports: dict[str, int]) -> dict[str, Any]:
     shipped = yaml.safe_load((_prom.DEPLOY / "prometheus" / "prometheus.yml").read_text())
     cfg = copy.deepcopy(shipped)
     cfg["global"].update(scrape_interval="1s", evaluation_interval="1s")
     cfg["rule_files"] = [str(p) for p in _prom.RULE_FILES]
     cfg.pop("alerting", None)
-    targets = {"shadowsim": f"127.0.0.1:{metrics_port}", "sglang": f"127.0.0.1:{sglang_port}"}
-    for job in cfg["scrape_configs"]:
-        assert job["job_name"] in targets, f"unexpected job {job['job_name']} in prometheus.yml"
-        # Keep the first static target's labels (cluster, and SGLang's instance id); point it at loopback.
-        first = job["static_configs"][0]
-        job["static_configs"] = [{"targets": [targets[job["job_name"]]], "labels": first.get("labels", {})}]
+    k8s = _prom.DEPLOY / "k8s"
+    cfg["scrape_configs"] = [
+        _operator_job("shadowsim", "shadowsim", {"shadowsim-5d8f-abcde": f"127.0.0.1:{metrics_port}"},
+                      k8s / "servicemonitor.yaml"),
+        _operator_job("sglang", SGLANG_SERVICE, {pod: f"127.0.0.1:{port}" for pod, port in sglang_ports.items()},
+                      k8s / "sglang" / "servicemonitor.yaml"),
+    ]
     return cfg
 
 
@@ -181,11 +215,14 @@ def live(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator
     work = tmp_path_factory.mktemp("live")
     handler = type("H", (_SglangMetrics,), {"sample": (shared_dir / "data" / SGLANG_SAMPLE).read_text(),
                                             "started": time.monotonic()})
-    sglang = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=sglang.serve_forever, daemon=True).start()
+    sglang = {pod: http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) for pod in (SHADOWED_POD, ORPHAN_POD)}
+    for server in sglang.values():
+        threading.Thread(target=server.serve_forever, daemon=True).start()
     metrics_port = _prom.free_port()
     source = _start_source(metrics_port, work / "source.log")
-    prom = _prom.start_prometheus(_test_config(metrics_port, sglang.server_address[1]), work)
+    prom = _prom.start_prometheus(_test_config(metrics_port, {p: s.server_address[1] for p, s in sglang.items()}),
+                                  work)
+    prom.ports = {"shadowsim": metrics_port, **{p: s.server_address[1] for p, s in sglang.items()}}  # type: ignore[attr-defined]
     try:
         wanted = {_prom.scraped_name(m, k) for m, k in _prom.contract_metrics().items()} | {
             "sglang:time_to_first_token_seconds_bucket"}
@@ -211,7 +248,8 @@ def live(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator
     finally:
         prom.stop()
         _stop_group(source)
-        sglang.shutdown()
+        for server in sglang.values():
+            server.shutdown()
 
 
 @functools.cache
@@ -228,12 +266,26 @@ def _all_exprs() -> list[tuple[str, str]]:
     return out
 
 
-def test_shipped_scrape_config_keeps_the_exported_instance_label(live: Prometheus) -> None:
-    shipped = yaml.safe_load((_prom.DEPLOY / "prometheus" / "prometheus.yml").read_text())
-    job = next(j for j in shipped["scrape_configs"] if j["job_name"] == "shadowsim")
-    assert job["honor_labels"] is True
-    instances = {s["metric"]["instance"] for s in _series(live, "shadowsim_twin_up")}
-    assert instances and not any(i.startswith("127.0.0.1:") for i in instances), instances
+def test_kube_prometheus_stack_labels_are_kept_and_joined(live: Prometheus) -> None:
+    """A standard scrape keeps every target's own `instance` (IP:port) and `job` (the Service); shadowsim's series
+    name the shadowed server in `sglang_instance`, and the recording rule joins SGLang's targets to it."""
+    ports = live.ports  # type: ignore[attr-defined]
+    twins = _series(live, "shadowsim_twin_up")
+    assert {s["metric"]["sglang_instance"] for s in twins} == {"emu-mooncake-0", "emu-azure-code-1", SHADOWED_POD}
+    assert {(s["metric"]["job"], s["metric"]["instance"], s["metric"]["cluster"]) for s in twins} == {
+        ("shadowsim", f"127.0.0.1:{ports['shadowsim']}", "prod")}
+    sglang = _series(live, "sglang:num_running_reqs")
+    assert {(s["metric"]["job"], s["metric"]["instance"], s["metric"]["pod"], s["metric"]["namespace"])
+            for s in sglang} == {(SGLANG_SERVICE, f"127.0.0.1:{ports[p]}", p, NAMESPACE) for p in (SHADOWED_POD, ORPHAN_POD)}
+    info = {(s["metric"]["instance"], s["metric"]["sglang_instance"]) for s in _series(live, "shadowsim:sglang_target:info")}
+    assert info == {(f"127.0.0.1:{ports[p]}", p) for p in (SHADOWED_POD, ORPHAN_POD)}
+    # ShadowsimTwinMissing's condition holds for the pod nobody shadows, and only for it.
+    alert = next(r["expr"] for r in _prom.load_rules() if r.get("alert") == "ShadowsimTwinMissing")
+    assert {s["metric"]["sglang_instance"] for s in _series(live, alert)} == {ORPHAN_POD}
+    # A dashboard's SGLang overlay, joined: SGLang's own running-requests gauge under the shadowed id.
+    joined = _series(live, 'sglang:num_running_reqs * on (cluster, job, instance) group_left (sglang_instance) '
+                           'shadowsim:sglang_target:info{sglang_instance="%s"}' % SHADOWED_POD)
+    assert len(joined) == 1 and joined[0]["metric"]["sglang_instance"] == SHADOWED_POD
 
 
 def test_every_metric_used_exists_in_the_scrape(live: Prometheus) -> None:

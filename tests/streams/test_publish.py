@@ -153,3 +153,44 @@ def test_cli_follow_ships_the_file_then_stops_when_idle(kafka_broker: EmbeddedBr
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
     assert (summary["records"], summary["events"], summary["rotations"]) == (12, 0, 0)
+
+
+def _mooncake_head(shared_dir: Path, tmp_path: Path, n: int = 50) -> Path:
+    lines = (shared_dir / "data" / "mooncake" / "conversation_trace.jsonl").read_text().splitlines()[:n]
+    out = tmp_path / "mooncake_head.jsonl"
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def test_relative_trace_is_anchored_at_now(shared_dir: Path, tmp_path: Path) -> None:
+    """A Mooncake trace counts milliseconds from 0; published as it was, the shadow saw 1970 (a 57-year lag)."""
+    trace = _mooncake_head(shared_dir, tmp_path)
+    recorded_s = [json.loads(ln)["timestamp"] / 1000.0 for ln in trace.read_text().splitlines()]
+    prod = ListProducer()
+    FilePublisher(prod, instance_id="mc-0", wall_clock=lambda: 1_767_225_600.0).publish_file(trace)
+    arrivals = [e for e in prod.events if e.kind == "request_arrived"]
+    assert len(arrivals) == 50
+    # First request at "now", the rest keep the trace's own spacing.
+    assert [round(e.ts - 1_767_225_600.0, 6) for e in arrivals] == [round(s - recorded_s[0], 6) for s in recorded_s]
+
+
+def test_start_ts_places_a_relative_trace_and_leaves_clock_times_alone(shared_dir: Path, tmp_path: Path) -> None:
+    trace = _mooncake_head(shared_dir, tmp_path, 5)
+    prod = ListProducer()
+    FilePublisher(prod, instance_id="mc-0", start_ts=1_700_000_000.0).publish_file(trace)
+    assert min(e.ts for e in prod.events) == 1_700_000_000.0
+    # An SGLang log has its own dates: anchoring does not move them.
+    prod = ListProducer()
+    FilePublisher(prod, instance_id="node-1", start_ts=1_000.0).publish_file(shared_dir / "data" / LOG)
+    assert prod.events[0].ts == 1749331514.0
+
+
+def test_cli_start_ts_forms(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from shadowsim.commands.publish import parse_start_ts
+
+    assert parse_start_ts("1767225600") == 1767225600.0
+    assert parse_start_ts("2026-01-01T00:00:00Z") == 1767225600.0
+    f = tmp_path / "t.jsonl"
+    f.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5}\n')
+    assert main(["publish", str(f), "--bootstrap-servers", "127.0.0.1:1", "--start-ts", "yesterday"]) == 2
+    assert "--start-ts" in capsys.readouterr().err

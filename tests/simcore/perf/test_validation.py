@@ -172,12 +172,17 @@ def test_server_args_column_is_parsed_and_labelled(tmp_path) -> None:
     ra, rb = simulate_row(a), simulate_row(b)
     assert ra.extra["deployment"] == "as deployed: --enable-mixed-chunk --max-prefill-tokens 2012"
     assert rb.extra["deployment"] == "SGLang defaults (no server_args)"
-    ignored = simulate_row(a, protocol=Protocol(use_server_args=False))
+    ignored = simulate_row(a, protocol=Protocol(deployment="defaults"))
     assert ignored.extra["deployment"] == "SGLang defaults (server_args ignored)"
     assert ignored.predicted == rb.predicted  # same row, same defaults, same numbers
     # --server-args fills rows without the column only
-    both = simulate_row(b, protocol=Protocol(server_args="--enable-mixed-chunk --max-prefill-tokens 2012"))
-    assert both.predicted == ra.predicted
+    both = simulate_row(b, protocol=Protocol(server_args="--enable-mixed-chunk --max-prefill-tokens {isl+1500}"))
+    assert both.predicted == ra.predicted and both.extra["server_args_source"] == "--server-args"
+    # flags: the same flags replace the column; the row's lengths fill the template (512 + 1500 = 2012)
+    over = simulate_row(a, protocol=Protocol(deployment="flags", server_args="--max-prefill-tokens {isl+1500}"))
+    assert over.extra["deployment"] == "as deployed: --max-prefill-tokens 2012"
+    with pytest.raises(UserError, match="--server-args"):
+        Protocol(server_args="--max-prefill-tokens {prompt}")
 
 
 def test_a_bad_flag_is_a_one_line_error_naming_row_and_flag(tmp_path, capsys) -> None:
@@ -229,3 +234,39 @@ def test_only_selects_rows(tmp_path, capsys) -> None:
     assert [r["id"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["a"]
     assert main(["validate", str(m), "-q", "--only", "color=red"]) == 2
     assert "--only: no column 'color'" in capsys.readouterr().err
+
+
+def test_generator_rule_by_version(tmp_path) -> None:
+    from simcore.perf.validation import generator_server_args
+
+    # aiconfigurator's rule_plugin/sglang.rule: max_prefill_tokens = isl + 1500 (2025-12-04), mixed chunk
+    # (2026-01-19); versions released before (0.5.1.post1) ran SGLang's defaults
+    assert generator_server_args(1024, "0.5.1.post1") is None
+    assert generator_server_args(1024, "0.5.6") == "--max-prefill-tokens 2524"
+    assert generator_server_args(8192, "0.5.8.post1") == "--enable-mixed-chunk --max-prefill-tokens 9692"
+    row = read_rows(write(tmp_path, "g,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,16,4,,8,0.5.9,,,"))[0]
+    r = simulate_row(row, protocol=Protocol(server_args="aiconfigurator"))
+    assert r.extra["deployment"] == "as deployed: --enable-mixed-chunk --max-prefill-tokens 2012"
+
+
+def test_bench_serving_rows_use_the_versions_length_rules(tmp_path) -> None:
+    # client bench_serving, rate 8/s, 40 prompts, lengths uniform in [int(I·r), I] with r = 0.5: inputs 256–512,
+    # outputs 16–32 tokens; no chat template (the random dataset sends text to /generate)
+    head = HEADER.rstrip("\n") + ",client,random_range_ratio,seed\n"
+    p = tmp_path / "b.csv"
+    p.write_text(head + "o,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,32,,8,40,0.5.9,,,,bench_serving,0.5,7\n")
+    row = read_rows(p)[0]
+    assert (row.client, row.random_range_ratio, row.seed) == ("bench_serving", 0.5, 7)
+    from simcore.perf.validation import _workload
+
+    wl, warmup, client = _workload(row, Protocol(), 0)
+    assert (warmup, client, len(wl.input_lens)) == (0, "bench_serving", 40)
+    assert 256 <= min(wl.input_lens) and max(wl.input_lens) <= 512
+    assert 16 <= min(wl.output_lens) and max(wl.output_lens) <= 32
+    r = simulate_row(row)
+    assert r.extra["client"] == "bench_serving" and r.requests == 40 and r.extra["lockstep_index"] is None
+    out = simulate_row(row, protocol=Protocol(client="poisson"))
+    assert out.extra["client"] == "poisson" and out.predicted != r.predicted
+    p.write_text(head + "o,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,32,,8,40,0.5.9,,,,vllm,,\n")
+    with pytest.raises(UserError, match="row o: unknown client 'vllm'"):
+        read_rows(p)

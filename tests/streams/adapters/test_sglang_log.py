@@ -162,3 +162,26 @@ def test_unreadable_cache_hit_rate_is_dead_lettered_with_the_value():
     res = parse_line("[gpu_id=0] Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 1, cache hit rate: lots%",
                      ParseContext())
     assert isinstance(res, str) and "cache hit rate" in res and "lots%" in res
+
+
+# A collector that stamps each line with its own bracketed time in front of SGLang's header (issue 11): the
+# second header is SGLang's (log_prefix.split_header), so its time and rank tags win over the collector's.
+@pytest.mark.parametrize("prefix", ["[2026-10-30 12:00:09] ", "[2026-10-30 12:00:09.500] ", "sglang  | [2026-10-30 12:00:09] "])
+def test_collector_double_timestamp_prefix(prefix):
+    e = one(prefix + "[2026-10-30 12:00:01 TP3] Prefill batch. #new-seq: 2, #new-token: 4992, #cached-token: 128, "
+            "token usage: 0.81, #running-req: 61, #queue-req: 3, ")
+    assert (e.kind, e.ts, e.tp_rank) == ("prefill_batch", T0, 3)
+    assert (e.new_seqs, e.new_tokens, e.running_reqs) == (2, 4992, 61)
+
+
+def test_collector_double_timestamp_prefix_with_time_only_sglang_header():
+    # 0.3-era SGLang header (time only) behind a dated collector stamp: the day comes from the collector's.
+    e = one("[2026-10-30 12:00:09] [12:00:01 TP1] Decode batch. #running-req: 8, #token: 9000, token usage: 0.10, "
+            "gen throughput (token/s): 321.50, #queue-req: 0, ")
+    assert (e.kind, e.ts, e.tp_rank, e.running_reqs) == ("decode_batch", T0, 1, 8)
+
+
+def test_collector_stamp_alone_still_times_the_line():
+    e = one("[2026-10-30 12:00:01] Decode batch. #running-req: 8, #token: 9000, token usage: 0.10, "
+            "gen throughput (token/s): 321.50, #queue-req: 0, ")
+    assert (e.kind, e.ts) == ("decode_batch", T0)
