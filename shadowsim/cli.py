@@ -18,6 +18,9 @@ from simcore.errors import UserError
 # (module name under shadowsim.commands, one-line help) in the order --help shows them.
 COMMANDS: list[tuple[str, str]] = [
     ("predict", "simulate an SGLang server on a workload and print TTFT/TPOT/throughput"),
+    ("report", "write a self-contained HTML report (plots) from saved --json results"),
+    ("models", "list the catalogued models (architecture, size, context) — --json"),
+    ("gpus", "list the catalogued GPUs (memory, bandwidth, peak FLOP/s) — --json"),
     ("validate", "compare predictions with a file of real benchmark measurements"),
     ("sweep", "simulate many GPU/TP/flag/load combinations: table, Pareto front, SLO attainment"),
     ("calibrate", "fit calibration factors from per-op tables or end-to-end measurements"),
@@ -30,17 +33,27 @@ COMMANDS: list[tuple[str, str]] = [
 ]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse errors as one line naming the command and its --help (not a screenful of usage), exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def _load(name: str):
     return importlib.import_module(f"shadowsim.commands.{name}")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="shadowsim",
         description="Shadow simulator for SGLang serving: predict, validate and watch live servers.",
-        epilog="Run `shadowsim COMMAND --help` for the options of one command.",
+        epilog="Run `shadowsim COMMAND --help` for the options of one command. Python API: docs/api.md.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    from shadowsim import __version__
+
+    parser.add_argument("--version", action="version", version=f"shadowsim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name, help_ in COMMANDS:
         if only is not None and name != only:
             sub.add_parser(name.replace("_", "-"), help=help_, add_help=False)
@@ -58,7 +71,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         mod.add_arguments(p)
-        p.set_defaults(_module=mod)
+        p.set_defaults(_module=mod, _parser=p)
     return parser
 
 
@@ -74,10 +87,20 @@ def main(argv: list[str] | None = None) -> int:
     first = next((a for a in argv if not a.startswith("-")), None)
     known = {n for n, _ in COMMANDS}
     parser = build_parser(first if first in known else None)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
     if getattr(args, "_module", None) is None:
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         parser.print_help()
         return 2
+    if extra:  # the sub-command's own usage, with the closest option names
+        sub: argparse.ArgumentParser = args._parser
+        import difflib
+
+        options = [o for a in sub._actions for o in a.option_strings]
+        hint = difflib.get_close_matches(extra[0].split("=")[0], options, n=2)
+        sub.error(f"unrecognized arguments: {' '.join(extra)}"
+                  + (f" (did you mean {' or '.join(hint)}?)" if hint else ""))
     from simcore.perf.tables import use_cache_dir  # only when a command runs: keeps --help free of numpy
 
     use_cache_dir(table_cache_dir())
@@ -90,6 +113,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except UnicodeDecodeError as exc:  # a binary file where text was expected, whichever reader met it
+        print(f"shadowsim: error: input: not a UTF-8 text file (byte 0x{exc.object[exc.start]:02x} at offset "
+              f"{exc.start}) (give the text file the option expects)", file=sys.stderr)
+        return 2
+    except Exception as exc:  # last resort: still one line; SHADOWSIM_DEBUG=1 shows the traceback
+        import os
+
+        if os.environ.get("SHADOWSIM_DEBUG"):
+            raise
+        print(f"shadowsim: error: internal: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
+              "(a bug: rerun with SHADOWSIM_DEBUG=1 and report the traceback)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

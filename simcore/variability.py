@@ -115,6 +115,8 @@ class JitteredLatency(GpuTimeScaling):
         self._mu = -self._sigma * self._sigma / 2
         self._block: list[float] = []
         self._i = 0
+        # a run factor alone is a constant: steps may then be priced ahead (simcore.decode_run)
+        self.pure_gpu_factor = step_time_cv == 0
 
     def _refill(self) -> None:
         if self._sigma > 0:

@@ -289,15 +289,21 @@ def read_trace(path: str | Path, fmt: str = "auto", *, ignore_eos: bool | None =
     p = Path(path)
     if not p.is_file():
         raise UserError("trace", f"no such file: {p}", "check the path")
+    with p.open("rb") as fh:
+        if b"\0" in fh.read(8192):
+            raise UserError("trace", f"{p} is a binary file", "give a JSON-lines or CSV trace")
     if fmt == "auto":
         fmt = detect_format(p)
     if fmt not in FORMATS:
         raise UserError("trace_format", f"unknown format {fmt!r}", f"use auto or one of {', '.join(FORMATS)}")
     res = TraceResult(format=fmt)
-    if fmt == "azure":
-        _read_azure(p, ignore_eos, res, limit)
-    else:
-        _read_json_lines(p, fmt, ignore_eos, res, limit)
+    try:
+        if fmt == "azure":
+            _read_azure(p, ignore_eos, res, limit)
+        else:
+            _read_json_lines(p, fmt, ignore_eos, res, limit)
+    except UnicodeDecodeError:
+        raise UserError("trace", f"{p} is not a UTF-8 text file", "give a JSON-lines or CSV trace") from None
     if strict and res.issues:
         i = res.issues[0]
         raise UserError(i.field, f"{p.name} line {i.line_no}: {i.message}", "fix or remove the line")

@@ -12,10 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from shadowsim.workloads import SCENARIOS, mix_templates
 from simcore.errors import UserError
 from simcore.request import RequestSpec
 from simcore.server_flags import add_server_flags, settings_fields
@@ -90,7 +91,16 @@ def add_point_arguments(p: argparse.ArgumentParser, lists: frozenset[str] = froz
     w.add_argument("--random-range-ratio", type=float, default=1.0,
                    help="lengths uniform in [ratio x len, len] as bench_serving (default 1.0 = fixed)")
     w.add_argument("--shared-prefix-len", type=int, default=0, help="tokens of a system prompt shared by all")
+    w.add_argument("--scenario", default=None, metavar="MIX",
+                   help="a named request mix instead of --input-len/--output-len (with --request-rate or "
+                        "--concurrency): " + ", ".join(sorted(SCENARIOS)) + " (see docs/api.md)")
     w.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+    w.add_argument("--replicas", type=int, default=1, metavar="N",
+                   help="repeat the run with seeds seed..seed+N-1 and report p5-p95 intervals (default 1)")
+    w.add_argument("--variability", choices=("auto", "off", "measured"), default="auto",
+                   help="run-to-run randomness (docs/accuracy.md 3.7): measured = seeded step-time jitter (CV 5%% "
+                        "per step, 1%% per run) and client/network delays (1 ms round trip); auto = measured "
+                        "with --replicas > 1, else off (the deterministic simulator)")
     t = p.add_argument_group("timing extras")
     t.add_argument("--tokenize-ms", type=float, default=0.0, help="tokenizer delay before the scheduler (ms)")
     t.add_argument("--detokenize-ms", type=float, default=0.0, help="detokenizer/HTTP delay per token (ms)")
@@ -118,19 +128,66 @@ def settings_from_args(args: argparse.Namespace, gpu_mem: int) -> Any:
     return resolve(s, gpu_mem)
 
 
-def workload_from_args(args: argparse.Namespace, warn: bool = True) -> tuple[Any, list[RequestSpec] | None, int]:
-    """(workload object, trace requests or None, key_unit)."""
+def check_workload_flags(args: argparse.Namespace) -> None:
+    """Conflicting or impossible workload flags are errors before anything runs (never silently dropped)."""
+    if args.trace and (args.concurrency is not None or args.request_rate is not None):
+        raise UserError("--trace", "a trace sets its own arrivals", "drop --concurrency/--request-rate")
+    if args.trace and getattr(args, "scenario", None):
+        raise UserError("--scenario", "a trace has its own requests", "use --trace or --scenario, not both")
+    if not isinstance(args.concurrency, list) and args.concurrency is not None and args.request_rate is not None:
+        raise UserError("--concurrency", "give either --concurrency (closed loop) or --request-rate (open loop)",
+                        "drop one of them")
+    for flag, v, ok in (("--time-scale", args.time_scale, args.time_scale > 0),
+                        ("--trace-limit", args.trace_limit, args.trace_limit is None or args.trace_limit >= 1),
+                        ("--num-requests", args.num_requests, args.num_requests is None or args.num_requests >= 1),
+                        ("--random-range-ratio", args.random_range_ratio, 0 < args.random_range_ratio <= 1),
+                        ("--shared-prefix-len", args.shared_prefix_len, args.shared_prefix_len >= 0),
+                        ("--tokenize-ms", args.tokenize_ms, args.tokenize_ms >= 0),
+                        ("--detokenize-ms", args.detokenize_ms, args.detokenize_ms >= 0),
+                        ("--until", args.until, args.until is None or args.until > 0),
+                        ("--max-prefill-tokens", args.max_prefill_tokens, args.max_prefill_tokens >= 1),
+                        ("--page-size", args.page_size, args.page_size >= 1),
+                        ("--replicas", getattr(args, "replicas", 1), getattr(args, "replicas", 1) >= 1)):
+        if not ok:
+            raise UserError(flag, f"{v} is out of range", "see the option's range in --help")
+    if getattr(args, "scenario", None) and args.scenario not in SCENARIOS:
+        raise UserError("--scenario", f"unknown mix {args.scenario!r}", f"use one of {', '.join(sorted(SCENARIOS))}")
+
+
+def summarize_issues(source: str, issues: Sequence[Any], shown: int = 3) -> list[str]:
+    """Skipped trace lines as at most ``shown`` + 1 warnings: the first few, then one line with the count."""
+    out = [f"{source} {issue} (line skipped)" for issue in issues[:shown]]
+    if len(issues) > shown:
+        from collections import Counter
+
+        kinds = Counter(i.field for i in issues[shown:])
+        detail = ", ".join(f"{n} x {k}" for k, n in kinds.most_common(3))
+        out.append(f"{source}: {len(issues) - shown} more lines skipped ({detail})")
+    return out
+
+
+def workload_from_args(args: argparse.Namespace, warn: bool = True,
+                       warnings: list[str] | None = None) -> tuple[Any, list[RequestSpec] | None, int]:
+    """(workload object, trace requests or None, key_unit). Skipped trace lines go to ``warnings`` (or to
+    stderr when ``warn`` and no list is given), summarised after the first few."""
     from simcore import workload as wl
 
+    check_workload_flags(args)
     if args.trace:
         from streams.traces import read_trace
 
         fmt = "native" if args.trace_format == "jsonl" else args.trace_format
         res = read_trace(args.trace, fmt, limit=args.trace_limit)
-        for issue in res.issues if warn else ():  # a bad line is reported with its number and skipped
-            print(f"shadowsim: warning: {Path(args.trace).name} {issue} (line skipped)", file=sys.stderr)
         if not res.requests:
-            raise UserError("--trace", f"no usable request in {args.trace}", "check the file and --trace-format")
+            first = f" (first problem: {res.issues[0]})" if res.issues else ""
+            raise UserError("--trace", f"no usable request in {args.trace}{first}",
+                            "check the file and --trace-format")
+        lines = summarize_issues(Path(args.trace).name, res.issues)
+        if warnings is not None:
+            warnings.extend(lines)
+        elif warn:
+            for line in lines:
+                print(f"shadowsim: warning: {line}", file=sys.stderr)
         units = {r.key_unit for r in res.requests if r.key is not None}
         if len(units) > 1:
             raise UserError("--trace", f"mixed key units {sorted(units)}", "use one block size per trace")
@@ -138,21 +195,28 @@ def workload_from_args(args: argparse.Namespace, warn: bool = True) -> tuple[Any
     for name in ("input_len", "output_len"):
         if getattr(args, name) < 1:
             raise UserError("--" + name.replace("_", "-"), "must be >= 1", "give a positive token count")
+    classes = tuple(getattr(args, "mix_classes", ()) or ())
+    if getattr(args, "scenario", None):
+        classes = SCENARIOS[args.scenario]
     ins = wl.bench_random(args.input_len, args.random_range_ratio)
     outs = wl.bench_random(args.output_len, args.random_range_ratio)
     if args.concurrency is not None and args.request_rate is None:
         if args.concurrency < 1:
             raise UserError("--concurrency", "must be >= 1", "give the number of clients")
         n = args.num_requests if args.num_requests is not None else 10 * args.concurrency
-        return wl.ClosedLoop(args.concurrency, n, ins, outs, args.seed,
-                             shared_prefix_len=args.shared_prefix_len), None, 1
-    rate = args.request_rate
-    if rate is None:
-        raise UserError("workload", "no workload given", "use --trace, --concurrency N or --request-rate R")
-    if not rate > 0:
-        raise UserError("--request-rate", "must be > 0", "give requests per second")
-    n = args.num_requests if args.num_requests is not None else 200
-    return wl.OpenLoop(rate, n, ins, outs, args.seed, shared_prefix_len=args.shared_prefix_len), None, 1
+        loop: Any = wl.ClosedLoop(args.concurrency, n, ins, outs, args.seed,
+                                  shared_prefix_len=args.shared_prefix_len)
+    else:
+        rate = args.request_rate
+        if rate is None:
+            raise UserError("workload", "no workload given", "use --trace, --concurrency N or --request-rate R")
+        if not rate > 0:
+            raise UserError("--request-rate", "must be > 0", "give requests per second")
+        n = args.num_requests if args.num_requests is not None else 200
+        loop = wl.OpenLoop(rate, n, ins, outs, args.seed, shared_prefix_len=args.shared_prefix_len)
+    if classes:  # a scenario mix: same arrivals, per-class lengths
+        loop.templates = mix_templates(classes, n, args.seed)
+    return loop, None, 1
 
 
 def check_fits(reqs: Sequence[RequestSpec], args: argparse.Namespace, capacity: int) -> None:
@@ -186,25 +250,20 @@ def check_tp_divides(model: Any, tp: int) -> None:
 
 
 class Progress:
-    """A one-line progress bar on stderr (only on a terminal)."""
+    """Progress of one simulation on stderr (tqdm; only on a terminal): finished requests and simulated time."""
 
     def __init__(self, total: int | None) -> None:
-        self.total = total
-        self.t0 = time.perf_counter()
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, unit="req", desc="simulating", file=sys.stderr, leave=False,
+                        dynamic_ncols=True)
 
     def __call__(self, sim_s: float, finished: int) -> None:
-        wall = time.perf_counter() - self.t0
-        if self.total:
-            frac = finished / self.total
-            bar = "#" * int(30 * frac) + "-" * (30 - int(30 * frac))
-            head = f"[{bar}] {finished}/{self.total}"
-        else:
-            head = f"{finished} finished"
-        sys.stderr.write(f"\r{head}  sim {sim_s:,.0f} s  wall {wall:.1f} s ")
-        sys.stderr.flush()
+        self.bar.update(finished - self.bar.n)
+        self.bar.set_postfix_str(f"sim {sim_s:,.0f} s", refresh=False)
 
     def close(self) -> None:
-        sys.stderr.write("\n")
+        self.bar.close()
 
 
 @dataclass
@@ -213,16 +272,25 @@ class PointResult:
 
     summary: dict[str, Any]
     records: list[Any]
+    steps: list[Any] = field(default_factory=list)
+    memory: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
 
-def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, warn: bool = True) -> PointResult:
-    """Build model, GPU, settings, latency model and workload from ``args`` and simulate them."""
+def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, warn: bool = True,
+                   progress: Callable[[float, int], None] | None = None, keep_steps: bool = False) -> PointResult:
+    """Build model, GPU, settings, latency model and workload from ``args`` and simulate them.
+
+    Warnings (skipped trace lines, prompts beyond the context, offered load the server does not serve) are
+    returned in ``PointResult.warnings``, not printed. ``keep_steps`` keeps every StepRecord (memory: one small
+    record per forward pass)."""
     from simcore.analysis import slo_attainment
     from simcore.engine import simulate
     from simcore.gpus import load_gpu
     from simcore.memory import max_running_requests, size_kv_pool
     from simcore.models import load_model
     from simcore.perf import ParallelLayout, build_latency_model
+    from simcore.variability import ClientDelays, DelayedWorkload, client_records, with_variability
 
     check_slos(args)
     model = load_model(args.model)
@@ -237,6 +305,8 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         profile = CalibrationProfile.load(args.profile)
     latency = build_latency_model(model, gpu, args.tp, precision, backend=args.latency_backend, profile=profile,
                                   parallel=ParallelLayout.from_settings(settings, gpu))
+    variability = variability_from_args(args)
+    latency = with_variability(latency, variability, args.seed)
     ctx = settings.context_length or model.context_length
     if args.max_total_tokens is not None:
         if args.max_total_tokens < 2:
@@ -244,22 +314,50 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         capacity = args.max_total_tokens - args.max_total_tokens % settings.page_size
         max_running = max_running_requests(capacity, ctx, settings.max_running_requests)
         mem_frac = None
+        sizing = None
     else:
         sizing = size_kv_pool(model, gpu, settings.model_copy(update={"max_total_tokens": None}), precision)
         capacity, max_running, mem_frac = sizing.max_total_num_tokens, sizing.max_running_requests, \
             sizing.mem_fraction_static
-    workload, trace_reqs, key_unit = workload_from_args(args, warn=warn)
+    warnings: list[str] = []
+    workload, trace_reqs, key_unit = workload_from_args(args, warn=warn, warnings=warnings)
     check_fits(trace_reqs or [], args, capacity)
-    total = len(trace_reqs) if trace_reqs is not None else len(getattr(workload, "templates", []) or []) or None
-    progress = Progress(total) if show_progress else None
+    specs = trace_reqs if trace_reqs is not None else list(getattr(workload, "templates", []) or [])
+    too_long = [r for r in specs if r.input_len >= ctx]
+    if too_long and trace_reqs is None:
+        mixed = bool(getattr(args, "scenario", None) or getattr(args, "mix_classes", ()))
+        raise UserError("--scenario" if mixed else "--input-len",
+                        f"prompts of up to {max(r.input_len for r in too_long)} tokens do not fit the {ctx}-token "
+                        "context length", "choose a mix whose prompts fit, or raise --context-length" if mixed
+                        else "lower --input-len or raise --context-length")
+    if too_long:
+        warnings.append(f"{len(too_long)} of {len(specs)} prompts are at least the {ctx}-token context length "
+                        "(SGLang rejects them; here they run with one output token)")
+    total = len(specs) or None
+    delays = ClientDelays.from_variability(variability, args.seed)
+    if delays is not None:
+        workload = DelayedWorkload(workload, delays)
+    bar = Progress(total) if show_progress else None
+    steps: list[Any] = []
     t0 = time.perf_counter()
     res = simulate(settings, latency, workload, kv_capacity_tokens=capacity, key_unit=key_unit, seed=args.seed,
-                   until=args.until, progress=progress, progress_every_s=30.0, max_running_requests=max_running,
+                   until=args.until, progress=progress or bar, progress_every_s=30.0,
+                   observer=steps.append if keep_steps else None, max_running_requests=max_running,
                    context_len=ctx, tokenize_s=args.tokenize_ms / 1000.0, detokenize_s=args.detokenize_ms / 1000.0)
     res.wall_time_s = time.perf_counter() - t0
-    if progress is not None:
-        progress.close()
+    if bar is not None:
+        bar.close()
+    if delays is not None:  # latencies as the client timed them (TTFT and e2e include the round trip)
+        res.records = client_records(res.records, workload.offsets)
     summary = res.summary()
+    offered = offered_rate_rps(args, trace_reqs)
+    share = served_share(res.records) if offered is not None else None
+    if share is not None and share < 0.9:
+        warnings.append(f"the server serves about {share * offered:.3g} req/s of the {offered:.3g} req/s offered "
+                        f"({100 * share:.0f} %): the queue grows without bound and latencies depend on the run "
+                        "length; lower the load or add capacity")
+    if res.unfinished:
+        warnings.append(f"{res.unfinished} requests had not finished when the run stopped")
     summary["server"] = {
         "model": args.model, "gpu": gpu.name, "tp": args.tp, "precision": precision,
         "latency_model": getattr(latency, "name", type(latency).__name__),
@@ -268,11 +366,77 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         "max_total_num_tokens": capacity, "max_running_requests": max_running,
         "mem_fraction_static": mem_frac, "cuda_graph_max_bs": settings.cuda_graph_max_bs,
         "overlap_schedule": not settings.disable_overlap_schedule,
+        "variability": variability.to_dict(),
     }
     if res.unfinished:
         summary["unfinished"] = res.unfinished
+    summary["offered_rps"] = offered
+    memory = memory_breakdown(gpu.memory_bytes, capacity, mem_frac, sizing)
     if args.slo_ttft_ms is not None or args.slo_tpot_ms is not None:
         summary["slo"] = slo_attainment(
             res.records, ttft_slo_s=None if args.slo_ttft_ms is None else args.slo_ttft_ms / 1000.0,
             tpot_slo_s=None if args.slo_tpot_ms is None else args.slo_tpot_ms / 1000.0).to_dict()
-    return PointResult(summary, res.records)
+    summary["warnings"] = list(warnings)
+    return PointResult(summary, res.records, steps, memory, warnings)
+
+
+def variability_from_args(args: argparse.Namespace) -> Any:
+    """The run-to-run randomness of ``--variability`` (auto: measured when replicated, else off)."""
+    from simcore.variability import Variability
+
+    choice = getattr(args, "variability", "auto")
+    if choice == "auto":
+        choice = "measured" if getattr(args, "replicas", 1) > 1 else "off"
+    return Variability.measured() if choice == "measured" else Variability.off()
+
+
+def offered_rate_rps(args: argparse.Namespace, trace_reqs: Sequence[RequestSpec] | None) -> float | None:
+    """Requests per second the workload offers: the open-loop rate, or a trace's count over its span (scaled);
+    None for a closed loop (it only sends when served)."""
+    if trace_reqs:
+        span = (trace_reqs[-1].arrival_s - trace_reqs[0].arrival_s) * args.time_scale
+        return (len(trace_reqs) - 1) / span if span > 0 and len(trace_reqs) >= 20 else None
+    if args.request_rate is not None and not isinstance(args.request_rate, list):
+        return float(args.request_rate)
+    return None
+
+
+def served_share(records: Sequence[Any]) -> float | None:
+    """Served / offered rate of an open-loop run, estimated from its own records two ways, the lower wins:
+
+    - makespan: arrivals span A seconds; a server that keeps up finishes about one median e2e after the last
+      arrival, so share = A / (makespan - e2e_p50) (a short run's tail does not read as overload);
+    - queue growth: in the fluid model of a server of rate mu offered lambda > mu, the request arriving at t waits
+      t (lambda/mu - 1); the mean TTFT of the last quarter of arrivals minus that of the first quarter is then
+      0.75 A (lambda/mu - 1), so share = 1 / (1 + growth / (0.75 A)).
+
+    None for fewer than 20 requests."""
+    if len(records) < 20:
+        return None
+    import numpy as np
+
+    recs = sorted(records, key=lambda r: r.arrival_s)
+    first = recs[0].arrival_s
+    arrivals = recs[-1].arrival_s - first
+    if arrivals <= 0:
+        return None
+    makespan = max(r.finish_s for r in recs) - first
+    busy = makespan - float(np.median([r.e2e_s for r in recs]))
+    by_makespan = min(1.0, arrivals / max(busy, arrivals))
+    q = len(recs) // 4
+    growth = float(np.mean([r.ttft_s for r in recs[-q:]]) - np.mean([r.ttft_s for r in recs[:q]]))
+    by_queue = 1.0 / (1.0 + max(0.0, growth) / (0.75 * arrivals))
+    return min(by_makespan, by_queue)
+
+
+def memory_breakdown(gpu_bytes: int, kv_tokens: int, mem_frac: float | None, sizing: Any) -> dict[str, Any]:
+    """GPU memory per rank in bytes: weights, KV pool, activations/CUDA graphs (the 1 - mem_fraction_static
+    share SGLang leaves free) and the rest (CUDA context, load overhead, rounding). Empty when the KV pool was
+    given with --max-total-tokens (no sizing to break down)."""
+    if sizing is None or mem_frac is None:
+        return {}
+    weights = int(sizing.weight_bytes_per_rank)
+    kv = int(kv_tokens * sizing.cell_bytes_per_token)
+    activations = int(gpu_bytes * (1.0 - mem_frac))
+    return {"gpu_bytes": gpu_bytes, "weights_bytes": weights, "kv_pool_bytes": kv,
+            "activations_bytes": activations, "other_bytes": max(0, gpu_bytes - weights - kv - activations)}

@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--launch-s-per-layer", type=float, default=None,
                         help="eager-mode kernel-launch floor per layer, seconds (steps without CUDA graph)")
     parser.add_argument("--out", metavar="PROFILE.json", default=None, help="write the profile here (default: stdout)")
-    parser.add_argument("--json", action="store_true", help="print the fit report as JSON on stderr")
+    parser.add_argument("--json", action="store_true", help="print {report, profile, profile_path} as one JSON object on stdout")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
             and args.launch_s_per_layer is None:
         raise UserError("--from-tables/--from-e2e", "nothing to fit",
                         "give --from-tables GPUS and/or --from-e2e FILE (see --help)")
+    if args.holdout_every < 0:
+        raise UserError("--holdout-every", f"must be >= 0, got {args.holdout_every}", "0 or 1 hold out nothing")
     if args.base:
         prof = CalibrationProfile.load(args.base)
     else:
@@ -92,14 +94,26 @@ def run(args: argparse.Namespace) -> int:
     if args.from_e2e:
         rows = read_rows(args.from_e2e)
         fit_rows, hold_rows = split_holdout(rows, args.holdout_every)
+        from tqdm import tqdm
+
+        from simcore.perf.calibrate import PER_REQ_GRID_S
+
         print(f"fitting gpu_per_req_s on {len(fit_rows)} rows ({len(hold_rows)} held out)…", file=sys.stderr)
-        prof, grid = fit_e2e(fit_rows, prof)
-        report["e2e_grid"] = grid
-        report["gpu_per_req_s"] = prof.gpu_per_req_s
-        fit_s = validate(fit_rows, profile=prof)["summary"]
-        report["fit_summary"] = fit_s
-        if hold_rows:
-            report["holdout_summary"] = validate(hold_rows, profile=prof)["summary"]
+        bar = tqdm(total=len(PER_REQ_GRID_S) * len(fit_rows) + len(fit_rows) + len(hold_rows), unit="sim",
+                   desc="calibrating", file=sys.stderr, leave=False, disable=not sys.stderr.isatty())
+
+        def counted(rows_: list[Any], profile: Any = None) -> dict[str, Any]:
+            return validate(rows_, profile=profile, progress=lambda i, n, row: bar.update(1))
+
+        try:
+            prof, grid = fit_e2e(fit_rows, prof, validate_fn=counted)
+            report["e2e_grid"] = grid
+            report["gpu_per_req_s"] = prof.gpu_per_req_s
+            report["fit_summary"] = counted(fit_rows, profile=prof)["summary"]
+            if hold_rows:
+                report["holdout_summary"] = counted(hold_rows, profile=prof)["summary"]
+        finally:
+            bar.close()
         sources.append(f"e2e:{Path(args.from_e2e).name} (holdout every {args.holdout_every})")
     prof = prof.model_copy(update={"name": args.name or prof.name,
                                    "source": "; ".join(sources) or prof.source})
@@ -108,12 +122,15 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         prof.save(args.out)
         print(f"wrote {args.out} (profile_hash {prof.profile_hash})", file=sys.stderr)
-    else:
+    if args.json:  # one JSON document on stdout: the fit report, and the profile unless it went to --out
+        doc: dict[str, Any] = {"report": report}
+        doc["profile"] = None if args.out else json.loads(text)
+        doc["profile_path"] = args.out
+        print(json.dumps(doc))
+        return 0
+    if not args.out:
         sys.stdout.write(text)
-    if args.json:
-        print(json.dumps(report), file=sys.stderr)
-    else:
-        _print_report(report)
+    _print_report(report)
     return 0
 
 

@@ -26,7 +26,7 @@ Examples:
   shadowsim parse server.log | head
   shadowsim parse server.log --no-events            # just the summary
   shadowsim parse trace.jsonl --format mooncake --start-ts 1700000000
-  shadowsim parse server.log --json --no-events     # summary as JSON on stderr
+  shadowsim parse server.log --json --no-events     # summary as JSON on stdout
 """
 from __future__ import annotations
 
@@ -46,14 +46,14 @@ _EXAMPLES_PER_REASON = 5
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="the file to read ('-' = standard input)")
-    parser.add_argument("--format", "-f", default="auto", choices=FORMATS, metavar="FORMAT",
+    parser.add_argument("--trace-format", "--format", "-f", dest="format", default="auto", choices=FORMATS, metavar="FORMAT",
                         help="input format, one of the list above (default: auto)")
     parser.add_argument("--instance-id", default=None,
                         help="SGLang instance the events belong to (default: from the input, else 'default')")
     parser.add_argument("--start-ts", type=float, default=None, metavar="UNIX_S",
                         help="time (Unix s) of relative trace times and of lines before the first timestamp")
     parser.add_argument("--no-events", action="store_true", help="print no events, only the summary")
-    parser.add_argument("--json", action="store_true", help="write the summary as one JSON object on stderr")
+    parser.add_argument("--json", action="store_true", help='write the summary as one {"summary": ...} JSON line on stdout (after the events)')
     parser.add_argument("--strict", action="store_true", help="exit 1 when any line was dead-lettered")
 
 
@@ -73,6 +73,9 @@ def _parse(path: Path, args: argparse.Namespace, shown: str) -> int:
         raise UserError("FILE", f"{path} does not exist", "give the path of a log, metrics or trace file")
     if path.is_dir():
         raise UserError("FILE", f"{path} is a directory", "give one file; loop in the shell for many")
+    from shadowsim.errors import require_text_file
+
+    require_text_file(path, "FILE", "an SGLang log, metrics page, request log, OTLP dump or trace")
     kinds: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
     examples: dict[str, list[int | None]] = {}
@@ -106,8 +109,8 @@ def _parse(path: Path, args: argparse.Namespace, shown: str) -> int:
             {"reason": r, "count": n, "first_lines": examples[r]} for r, n in reasons.most_common()
         ],
     }
-    if args.json:
-        print(json.dumps(summary), file=sys.stderr)
+    if args.json:  # stdout like every --json: after the event lines (if any), one {"summary": ...} line
+        print(json.dumps({"summary": summary}), flush=True)
     else:
         _print_summary(summary)
     return 1 if args.strict and reasons else 0

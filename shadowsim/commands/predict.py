@@ -21,7 +21,12 @@ Examples:
 
 JSON summary keys: num_requests, throughput_rps, output_tokens_per_s, ttft_ms/tpot_ms/itl_ms/e2e_ms/queue_ms
 ({mean,p50,p90,p99}), cache_hit_rate (cached prompt tokens / prompt tokens), kv_peak_usage (0-1),
-num_retractions, steps, sim_time_s, wall_time_s, plus the resolved server configuration under "server".
+num_retractions, steps, sim_time_s, wall_time_s, offered_rps, warnings, the resolved server configuration under
+"server" and the GPU memory breakdown under "memory" (bytes per GPU). With --replicas N: "replicas" and
+"intervals_p5_p95" ({figure: {p5, p95}} over the N runs, e.g. ttft_p90_ms, throughput_rps).
+
+Warnings (stderr, and "warnings" in JSON): the server serves < 90 % of the offered load (the queue grows
+without bound), prompts at or beyond the context length, skipped trace lines (summarised with a count).
 
 SLO report: with --slo-ttft-ms and/or --slo-tpot-ms the summary gains "slo": the fraction of requests meeting
 each objective (ttft_ok, tpot_ok), both (both_ok), and goodput_rps (requests/s meeting both). To compare many
@@ -36,7 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from shadowsim.commands._workload_args import TRACE_FORMATS, add_point_arguments, simulate_point
+from shadowsim.commands._workload_args import TRACE_FORMATS, add_point_arguments
 from simcore.errors import UserError
 
 NAME = "predict"
@@ -48,19 +53,68 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_point_arguments(p)
     o = p.add_argument_group("output")
     o.add_argument("--out", default=None, metavar="FILE", help="per-request records: FILE.jsonl or FILE.csv")
-    o.add_argument("--json", action="store_true", help="print the summary as JSON")
+    o.add_argument("--json", action="store_true", help="print the summary as JSON (on stdout)")
+    o.add_argument("--model-error", default=None, metavar="VALIDATION.json",
+                   help="attach the model's measured error: a saved `shadowsim validate --json`; every TTFT/TPOT/"
+                        "throughput figure gets a band of +- the P90 absolute error validate measured for it")
+    o.add_argument("--report", default=None, metavar="FILE.html",
+                   help="also write a self-contained HTML report with plots (needs shadowsim[report])")
     o.add_argument("--quiet", "-q", action="store_true", help="no progress bar or warnings")
 
 
 def run(args: argparse.Namespace) -> int:
-    point = simulate_point(args, show_progress=sys.stderr.isatty() and not args.quiet)
+    from shadowsim.api import predict_namespace
+
+    check_outputs(args)
+    validation = None
+    if args.model_error:
+        from shadowsim.api import Validation
+        from shadowsim.commands.report import load_result
+
+        validation = load_result(args.model_error)
+        if not isinstance(validation, Validation):
+            raise UserError("--model-error", f"{args.model_error} is not a `shadowsim validate --json` result",
+                            "save one with shadowsim validate FILE.csv --json > v.json")
+    bar = None
+    if sys.stderr.isatty() and not args.quiet:
+        from shadowsim.commands._workload_args import Progress
+
+        bar = Progress(args.num_requests)
+    try:
+        pred = predict_namespace(args, replicas=args.replicas, keep_steps=bool(args.report), progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    if validation is not None:
+        pred.with_model_error(validation)
+    if not args.quiet:
+        for w in pred.warnings:
+            print(f"shadowsim: warning: {w}", file=sys.stderr)
     if args.out:
-        _write_records(args.out, point.records)
+        _write_records(args.out, pred.records)
+    if args.report:
+        from shadowsim.report import write_report
+
+        write_report([pred], Path(args.report))
+    summary = {**pred.summary, "memory": pred.memory}
     if args.json:
-        print(json.dumps(point.summary, indent=2))
+        print(json.dumps(summary, indent=2))
     else:
-        _print_table(point.summary)
+        _print_table(summary)
     return 0
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Output paths are checked before simulating (a typo should not cost a long run)."""
+    for flag, path, suffixes in (("--out", args.out, (".jsonl", ".json", ".csv")),
+                                 ("--report", getattr(args, "report", None), (".html", ".htm"))):
+        if path is None:
+            continue
+        p = Path(path)
+        if p.suffix not in suffixes:
+            raise UserError(flag, f"unknown extension {p.suffix!r}", f"use FILE{' or FILE'.join(suffixes)}")
+        if not p.parent.is_dir():
+            raise UserError(flag, f"no such directory: {p.parent}", "create it or give another path")
 
 
 def _write_records(path: str, records: Sequence[Any]) -> None:
@@ -103,4 +157,17 @@ def _print_table(s: dict[str, Any]) -> None:
         parts = [f"{k} {100 * slo[f'{k}_ok']:.1f} %" for k in ("ttft", "tpot") if slo[f"{k}_ok"] is not None]
         print(f"SLO ({goals})  met: {', '.join(parts)}, both {100 * slo['both_ok']:.1f} %   "
               f"goodput {slo['goodput_rps']:.3f} req/s")
+    iv = s.get("intervals_p5_p95")
+    if iv:
+        print(f"p5-p95 over {s['replicas']} replicas:")
+        for k in ("throughput_rps", "ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms", "tpot_p90_ms", "e2e_p90_ms"):
+            if k in iv:
+                print(f"  {k:<16}{iv[k]['p5']:>12,.3f} .. {iv[k]['p95']:,.3f}")
+    band = s.get("model_error_band")
+    if band:
+        print("model error band (+- P90 absolute error measured by validate):")
+        for k in ("throughput_rps", "ttft_p90_ms", "tpot_p90_ms"):
+            if k in band:
+                print(f"  {k:<16}{band[k]['low']:>12,.3f} .. {band[k]['high']:,.3f}   (+- {band[k]['p90_ape_pct']:.1f} %,"
+                      f" {band[k]['rows']} rows)")
     print(f"simulated {s['sim_time_s']:,.1f} s in {s['wall_time_s']:.2f} s wall ({s['steps']:,} steps)")

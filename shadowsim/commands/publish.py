@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", default=DEFAULT_TOPIC, help=f"topic to publish to (default {DEFAULT_TOPIC})")
     parser.add_argument("--partitions", type=int, default=4, metavar="N",
                         help="partitions when the topic has to be created (default 4)")
-    parser.add_argument("--format", "-f", default="auto", choices=FORMATS,
+    parser.add_argument("--trace-format", "--format", "-f", dest="format", default="auto", choices=FORMATS,
                         help="input format (default: auto-detected; see `shadowsim parse --help`)")
     parser.add_argument("--instance-id", default=None,
                         help="SGLang instance the input belongs to (default: from the input, else 'default')")
@@ -116,6 +116,11 @@ def _check(args: argparse.Namespace) -> None:
                         "--speed replays a recorded file; --follow ships lines as they are written")
     if args.partitions < 1:
         raise UserError("--partitions", f"must be >= 1, got {args.partitions}")
+    if args.speed is not None and not args.speed > 0:
+        raise UserError("--speed", f"must be > 0, got {args.speed}", "1 = the file's own timing, 10 = ten times faster")
+    from shadowsim.errors import require_text_file
+
+    require_text_file(path, "FILE", "an SGLang log, metrics page, request log, OTLP dump or trace")
     if args.start_ts is not None:
         args.start_ts = parse_start_ts(args.start_ts)
         if args.raw:
@@ -203,10 +208,34 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_file(args: argparse.Namespace, producer, stop: threading.Event) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    from streams.publish import FilePublisher, Progress, terminal_progress  # noqa: PLC0415
+def _tqdm_progress():  # type: ignore[no-untyped-def]
+    """The publisher's progress drawn by tqdm on a terminal (records sent, with events and dead letters)."""
+    from tqdm import tqdm  # noqa: PLC0415
 
-    progress = Progress(None) if args.no_progress or args.json else terminal_progress()
+    from streams.publish import Progress  # noqa: PLC0415
+
+    class TqdmProgress(Progress):
+        def __init__(self) -> None:
+            super().__init__(sys.stderr)
+            self.bar = tqdm(unit="rec", desc="publishing", file=sys.stderr, leave=False, dynamic_ncols=True)
+
+        def update(self, stats, force: bool = False) -> None:  # type: ignore[no-untyped-def]
+            self.bar.update(stats.records - self.bar.n)
+            self.bar.set_postfix(events=stats.events, dead_letters=stats.dead_letters, skipped=stats.skipped,
+                                 refresh=False)
+
+        def done(self, stats) -> None:  # type: ignore[no-untyped-def]
+            self.update(stats)
+            self.bar.close()
+
+    return TqdmProgress()
+
+
+def _run_file(args: argparse.Namespace, producer, stop: threading.Event) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    from streams.publish import FilePublisher, Progress  # noqa: PLC0415
+
+    quiet = args.no_progress or args.json or not sys.stderr.isatty()
+    progress = Progress(None) if quiet else _tqdm_progress()
     pub = FilePublisher(producer, fmt=args.format, instance_id=args.instance_id, raw=args.raw, speed=args.speed,
                         progress=progress, start_ts=args.start_ts)
     if args.follow:

@@ -98,6 +98,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="simulate only the rows whose COLUMN is one of the values (repeatable, all must "
                              "hold), e.g. --only tp=8 --only ep=1 --only precision=fp8")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--report", metavar="FILE.html", default=None,
+                        help="also write a self-contained HTML report: predicted-vs-measured scatter, error "
+                             "histogram (needs shadowsim[report])")
 
 
 
@@ -142,6 +145,8 @@ def read_rows(path: str | Path) -> list[Any]:
         raise UserError("MEASUREMENTS", f"no such file: {p}", "give a CSV in the validation format") from None
     except IsADirectoryError:
         raise UserError("MEASUREMENTS", f"{p} is a directory", "give one CSV file") from None
+    except UnicodeDecodeError:
+        raise UserError("MEASUREMENTS", f"{p} is not a text CSV file", "give a CSV in the validation format") from None
 
 
 def _fmt(v: Any, nd: int = 1) -> str:
@@ -170,13 +175,26 @@ def run(args: argparse.Namespace) -> int:
     rows = select_rows(args.measurements, read_rows(args.measurements), args.only)
     profile = CalibrationProfile.load(args.profile) if args.profile else None
 
-    def progress(i: int, n: int, row: Any) -> None:
-        if not args.quiet:
-            print(f"[{i + 1}/{n}] {row.id}", file=sys.stderr, flush=True)
+    from tqdm import tqdm
 
-    out = validate(rows, profile=profile, backend=args.latency_backend, seed=args.seed, protocol=protocol,
-                   progress=progress, replicas=args.replicas)
+    bar = tqdm(total=len(rows), unit="row", desc="validating", file=sys.stderr, leave=False,
+               disable=args.quiet or not sys.stderr.isatty())
+
+    def progress(i: int, n: int, row: Any) -> None:
+        bar.update(i - bar.n)
+        bar.set_postfix_str(str(row.id)[-40:], refresh=False)
+
+    try:
+        out = validate(rows, profile=profile, backend=args.latency_backend, seed=args.seed, protocol=protocol,
+                       progress=progress, replicas=args.replicas)
+    finally:
+        bar.close()
     out.pop("_results", None)
+    if getattr(args, "report", None):
+        from shadowsim.api import Validation
+        from shadowsim.report import write_report
+
+        write_report([Validation.from_dict(out, str(args.measurements))], Path(args.report))
     if args.out:
         _write_rows(args.out, out["rows"])
     if args.json:

@@ -162,6 +162,8 @@ def load_config(path: Path | str | None, overrides: dict[str, Any] | None = None
             loaded = yaml.safe_load(p.read_text()) or {}
         except yaml.YAMLError as exc:
             raise UserError("--config", f"{p} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        except UnicodeDecodeError:
+            raise UserError("--config", f"{p} is not a text file", "give a shadow.yaml (see docs/shadow.md)") from None
         if not isinstance(loaded, dict):
             raise UserError("--config", f"{p} must hold a mapping at the top level")
         data = loaded

@@ -168,6 +168,6 @@ def load_model(name_or_path: str) -> ModelSpec:
     if hit is None:
         close = difflib.get_close_matches(key, list(idx), n=3, cutoff=0.5)
         hint = "did you mean " + ", ".join(_canonical(idx[c]) for c in close) + "?" if close else \
-            "give a local config.json path, or see `simcore.models.list_models()`"
+            "give a local config.json path; `shadowsim models` lists the catalogue"
         raise UserError("--model", f"unknown model {name_or_path!r}", hint)
     return _load_catalogued(hit)  # catalogued specs are immutable: cache them; local files are re-read

@@ -15,7 +15,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simcore.errors import UserError
 
@@ -92,8 +92,19 @@ class CalibrationProfile(BaseModel):
             raise UserError("--profile", f"no profile file at {p}", "run `shadowsim calibrate` to create one") from None
         except json.JSONDecodeError as exc:
             raise UserError("--profile", f"{p} is not valid JSON ({exc.msg})") from exc
+        except UnicodeDecodeError:
+            raise UserError("--profile", f"{p} is not a text file", "give a PROFILE.json from `shadowsim calibrate`") from None
+        except IsADirectoryError:
+            raise UserError("--profile", f"{p} is a directory", "give a PROFILE.json") from None
+        if not isinstance(data, dict):
+            raise UserError("--profile", f"{p} holds no JSON object", "give a PROFILE.json from `shadowsim calibrate`")
         stored = data.pop("profile_hash", None)
-        prof = cls(**data)
+        try:
+            prof = cls(**data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise UserError("--profile", f"{p}: {'.'.join(map(str, err['loc'])) or 'profile'}: {err['msg']}",
+                            "give a PROFILE.json from `shadowsim calibrate`") from None
         if stored is not None and stored != prof.profile_hash:
             raise UserError("--profile", f"{p}: content hash {prof.profile_hash} != stored {stored}",
                             "the file was edited by hand; re-run `shadowsim calibrate`")

@@ -31,11 +31,9 @@ METRIC_RE = re.compile(r"\b(shadowsim_[a-z0-9_]+|shadowsim:[a-z0-9_:]+|sglang:[a
 
 
 def require_binary(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(f"`{name}` is not on PATH: run .ci/run, or `apt-get install -y prometheus` "
-                    f"(Debian's package brings prometheus and promtool)", pytrace=False)
-    return path
+    from tests.system_tools import require_tool
+
+    return require_tool(name)
 
 
 def free_port() -> int:

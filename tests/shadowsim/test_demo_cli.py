@@ -3,7 +3,6 @@ While it runs, a scrape of /metrics holds every metric of the docs/metrics.md co
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -13,12 +12,14 @@ from pathlib import Path
 import pytest
 
 from streams.broker import free_port
+from tests.system_tools import require_tool
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_demo_runs_serves_the_contract_metrics_and_ends_with_a_summary(tmp_path: Path) -> None:
+    promtool = require_tool("promtool")
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "shadowsim", "demo", "--no-ui", "--duration", "12",
                              "--metrics-port", str(port), "--predictions", str(tmp_path / "p.jsonl")],
@@ -50,8 +51,6 @@ def test_demo_runs_serves_the_contract_metrics_and_ends_with_a_summary(tmp_path:
     sampled = set(re.findall(r"^(shadowsim_[a-z_]+?)(?:_bucket|_sum|_count)?\{", scrape, flags=re.M))
     assert names <= sampled, names - sampled
     assert 'emulated="true"' in scrape
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool is missing: run .ci/run (installs Debian's prometheus package)"
     res = subprocess.run([promtool, "check", "metrics"], input=scrape.encode(), capture_output=True, timeout=60)
     assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), res
     assert (tmp_path / "p.jsonl").stat().st_size > 0

@@ -337,3 +337,41 @@ def test_plain_is_not_offered_by_tansu(sasl_broker: str, caplog: pytest.LogCaptu
 def test_an_authenticating_broker_answers_no_plaintext_client(sasl_broker: str) -> None:
     with pytest.raises(TimeoutError):
         wait_until_answers(sasl_broker, 2)
+
+
+@pytest.mark.slow
+def test_shadowsim_run_reads_tls_settings_from_the_environment(tls_broker: tuple[str, TlsFront],
+                                                               tmp_path: Path) -> None:
+    """`shadowsim run` end to end over mutual TLS, configured by SHADOWSIM_KAFKA_* alone."""
+    import os
+    import sys
+
+    from streams.broker import create_topics
+
+    servers, _ = tls_broker
+    kw = _mtls()
+    create_topics(servers, {"run.events": 1, "run.events.dlq": 1}, **kw)
+    with EventProducer(servers, "run.events", **kw) as prod:
+        for i in range(7):
+            prod.send(RequestArrived(instance_id="tls-1", ts=1.7e9 + i, request_id=f"r{i}", prompt_tokens=16))
+    env = {**os.environ, ENV_VARS["protocol"]: "SSL", ENV_VARS["ssl_cafile"]: str(TLS / "server.crt"),
+           ENV_VARS["ssl_certfile"]: str(TLS / "client.crt"), ENV_VARS["ssl_keyfile"]: str(TLS / "client.key")}
+    res = subprocess.run([sys.executable, "-m", "shadowsim", "run", "--bootstrap-servers", servers,  # noqa: S603
+                          "--topic", "run.events", "--dead-letter-topic", "run.events.dlq", "--group", "run-g",
+                          "--metrics-port", "0", "--state-dir", str(tmp_path / "state"), "--exit-when-idle-s", "2",
+                          "--quiet", "--session-timeout-ms", "3000"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"at {servers} (SSL)" in res.stderr and "stopped after 7 records" in res.stderr, res.stderr[-3000:]
+
+
+def test_shadowsim_run_stops_on_inconsistent_security_settings(monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from shadowsim.cli import main
+
+    monkeypatch.setenv(ENV_VARS["protocol"], "SASL_SSL")
+    monkeypatch.setenv(ENV_VARS["sasl_mechanism"], "SCRAM-SHA-256")
+    assert main(["run", "--bootstrap-servers", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["shadowsim: error: kafka.security: SCRAM-SHA-256 needs sasl_username (SHADOWSIM_KAFKA_SASL_USERNAME) "
+                   "(see docs/operations.md, section Kafka security)"], err
