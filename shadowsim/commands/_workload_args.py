@@ -321,7 +321,6 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
             sizing.mem_fraction_static
     warnings: list[str] = []
     workload, trace_reqs, key_unit = workload_from_args(args, warn=warn, warnings=warnings)
-    check_fits(trace_reqs or [], args, capacity)
     specs = trace_reqs if trace_reqs is not None else list(getattr(workload, "templates", []) or [])
     too_long = [r for r in specs if r.input_len >= ctx]
     if too_long and trace_reqs is None:
@@ -330,9 +329,18 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
                         f"prompts of up to {max(r.input_len for r in too_long)} tokens do not fit the {ctx}-token "
                         "context length", "choose a mix whose prompts fit, or raise --context-length" if mixed
                         else "lower --input-len or raise --context-length")
-    if too_long:
-        warnings.append(f"{len(too_long)} of {len(specs)} prompts are at least the {ctx}-token context length "
-                        "(SGLang rejects them; here they run with one output token)")
+    num_rejected = len(too_long)
+    if too_long:  # SGLang's tokenizer manager refuses them (400, "The input (N tokens) is longer than the model's
+        # context length"), so they never reach the scheduler: the others are simulated, the count is reported
+        if len(too_long) == len(specs):
+            raise UserError("--trace", f"every prompt is at least the {ctx}-token context length",
+                            "raise --context-length or use a model with a longer context")
+        warnings.append(f"{len(too_long)} of {len(specs)} prompts are at least the {ctx}-token context length: "
+                        "SGLang rejects them, so they are left out (num_rejected_context)")
+        trace_reqs = [r for r in trace_reqs if r.input_len < ctx]
+        specs = trace_reqs
+        workload = type(workload)(trace_reqs, args.time_scale)
+    check_fits(trace_reqs or [], args, capacity)
     total = len(specs) or None
     delays = ClientDelays.from_variability(variability, args.seed)
     if delays is not None:
@@ -371,6 +379,7 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
     if res.unfinished:
         summary["unfinished"] = res.unfinished
     summary["offered_rps"] = offered
+    summary["num_rejected_context"] = num_rejected
     memory = memory_breakdown(gpu.memory_bytes, capacity, mem_frac, sizing)
     if args.slo_ttft_ms is not None or args.slo_tpot_ms is not None:
         summary["slo"] = slo_attainment(

@@ -20,12 +20,20 @@ from shadowsim.catalogue import models
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--filter", default=None, metavar="TEXT", help="only ids containing TEXT (case-insensitive)")
     p.add_argument("--json", action="store_true", help="print the records as a JSON list on stdout")
+    p.add_argument("--all", action="store_true",
+                   help="also list widely served models that cannot be simulated yet, with the reason")
 
 
 def run(args: argparse.Namespace) -> int:
     rows = [m for m in models() if not args.filter or args.filter.lower() in m["id"].lower()]
+    missing: list[dict[str, str]] = []
+    if args.all:
+        from simcore.models.loader import not_modelled
+
+        missing = [{"id": k, "not_modelled": v} for k, v in sorted(not_modelled().items())
+                   if not args.filter or args.filter.lower() in k]
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(rows + missing, indent=1))
         return 0
     head = ("id", "arch", "params B", "active B", "layers", "attn", "experts", "KV B/tok", "context", "prec")
     body = [(m["id"], m["architecture"].removesuffix("ForCausalLM").removesuffix("ForConditionalGeneration"),
@@ -34,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
              f"{m['kv_bytes_per_token']:,}", f"{m['context_length_tokens']:,}", m["precision"]) for m in rows]
     _table(head, body)
     print(f"{len(rows)} models (KV B/tok: bf16 KV bytes per token over all layers, TP 1)")
+    for m in missing:
+        print(f"not modelled: {m['id']}: {m['not_modelled']}")
     return 0
 
 

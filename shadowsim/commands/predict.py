@@ -21,12 +21,14 @@ Examples:
 
 JSON summary keys: num_requests, throughput_rps, output_tokens_per_s, ttft_ms/tpot_ms/itl_ms/e2e_ms/queue_ms
 ({mean,p50,p90,p99}), cache_hit_rate (cached prompt tokens / prompt tokens), kv_peak_usage (0-1),
-num_retractions, steps, sim_time_s, wall_time_s, offered_rps, warnings, the resolved server configuration under
-"server" and the GPU memory breakdown under "memory" (bytes per GPU). With --replicas N: "replicas" and
-"intervals_p5_p95" ({figure: {p5, p95}} over the N runs, e.g. ttft_p90_ms, throughput_rps).
+num_retractions, steps, sim_time_s, wall_time_s, offered_rps, num_rejected_context, warnings, the resolved
+server configuration under "server" and the GPU memory breakdown under "memory" (bytes per GPU). With --replicas
+N: "replicas", "replica_seeds" and "intervals_p5_p95" ({figure: {p5, p50, p95}} over the N runs, e.g.
+ttft_p90_ms, throughput_rps); with --model-error: "model_error_band".
 
 Warnings (stderr, and "warnings" in JSON): the server serves < 90 % of the offered load (the queue grows
-without bound), prompts at or beyond the context length, skipped trace lines (summarised with a count).
+without bound), trace prompts at or beyond the context length (left out: SGLang refuses them), skipped trace
+lines (the first three, then one line with the count).
 
 SLO report: with --slo-ttft-ms and/or --slo-tpot-ms the summary gains "slo": the fraction of requests meeting
 each objective (ttft_ok, tpot_ok), both (both_ok), and goodput_rps (requests/s meeting both). To compare many

@@ -127,6 +127,13 @@ def _alias_index() -> dict[str, str]:
     return idx
 
 
+@lru_cache(maxsize=1)
+def not_modelled() -> dict[str, str]:
+    """Lower-cased HF id → why a widely served model is not in the catalogue (``not_modelled.json``)."""
+    raw = json.loads(resources.files("simcore.models").joinpath("not_modelled.json").read_text())
+    return dict(raw["models"])
+
+
 def list_models() -> list[str]:
     """HF ids of every shipped config (lower case)."""
     return sorted(_catalogue())
@@ -166,6 +173,10 @@ def load_model(name_or_path: str) -> ModelSpec:
                 hit = idx[a]
                 break
     if hit is None:
+        reason = not_modelled().get(key)
+        if reason is not None:
+            raise UserError("--model", f"{name_or_path}: not in the catalogue: {reason}",
+                            "`shadowsim models` lists the models that can be simulated")
         close = difflib.get_close_matches(key, list(idx), n=3, cutoff=0.5)
         hint = "did you mean " + ", ".join(_canonical(idx[c]) for c in close) + "?" if close else \
             "give a local config.json path; `shadowsim models` lists the catalogue"

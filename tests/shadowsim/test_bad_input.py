@@ -57,6 +57,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("predict-model-error-missing", [*PRED, "--model-error", "{missing}"], "RESULT"),
     # predict: unknown names
     ("predict-model", ["predict", "--model", "no/such-model", "--gpu", "h100", "--concurrency", "1"], "model"),
+    ("predict-model-not-modelled", ["predict", "--model", "openai/gpt-oss-120b", "--gpu", "h100",
+                                    "--concurrency", "1"], "sliding-window"),
     ("predict-gpu", ["predict", "--model", "Qwen/Qwen3-8B", "--gpu", "tpu9", "--concurrency", "1"], "gpu"),
     ("predict-precision", [*PRED, "--precision", "fp3"], "precision"),
     ("predict-policy", [*PRED, "--schedule-policy", "fastest"], "schedule-policy"),

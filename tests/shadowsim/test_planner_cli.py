@@ -60,6 +60,8 @@ def test_prompts_beyond_the_context_are_refused_or_counted(tmp_path: Path, capsy
                                          "output_len": 8}) + "\n" for i in range(10)))
     s, err = _json(capsys, "predict", "--model", "Qwen/Qwen3-8B", "--gpu", "h200_sxm", "--trace", str(trace))
     assert any("3 of 10 prompts are at least the 40960-token context length" in w for w in s["warnings"])
+    assert s["num_rejected_context"] == 3 and s["num_requests"] == 7  # refused like SGLang's tokenizer does
+    assert "left out" in err
 
 
 def test_repeated_trace_warnings_are_summarised(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,6 +97,9 @@ def test_catalogue_commands(capsys: pytest.CaptureFixture[str]) -> None:
     gpus, _ = _json(capsys, "gpus")
     h100 = next(g for g in gpus if g["name"] == "h100_sxm")
     assert h100["memory_gib"] == pytest.approx(79.6, abs=0.5) and h100["peak_tflops"]["bf16"] > 900
+    every, _ = _json(capsys, "models", "--all")
+    gap = {m["id"]: m["not_modelled"] for m in every if "not_modelled" in m}
+    assert "sliding-window" in gap["openai/gpt-oss-20b"] and len(every) == len(models) + len(gap)
     assert main(["models", "--filter", "qwen3-vl"]) == 0
     out = capsys.readouterr().out
     assert "Qwen/Qwen3-VL-8B-Instruct" in out and "Llama" not in out

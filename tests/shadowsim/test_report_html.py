@@ -34,6 +34,12 @@ window.addEventListener('load', () => {
 </script>"""
 
 
+@pytest.fixture(autouse=True)
+def _chromium() -> str:
+    """Every test here needs the browser: skip (or, under CI, fail) before simulating anything."""
+    return require_tool("chromium")
+
+
 def _render(html: Path, tmp: Path) -> list[dict]:
     chromium = require_tool("chromium")
     probe = tmp / f"probe-{html.name}"
@@ -73,6 +79,13 @@ def test_sweep_report_renders_every_plot(tmp_path: Path, capsys: pytest.CaptureF
     text = out.read_text()
     assert "SLO attainment" in text and "TTFT &lt;= 100 ms and TPOT &lt;= 15 ms" in text  # the cover
     assert text.count("<tr>") >= 5  # the point table
+    # printable: Chromium's own print-to-PDF of the page (what a reviewer's "Save as PDF" does)
+    pdf = tmp_path / "r.pdf"
+    subprocess.run([require_tool("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                    "--no-pdf-header-footer", f"--print-to-pdf={pdf}", out.as_uri()], capture_output=True,
+                   timeout=120)
+    data = pdf.read_bytes()
+    assert data.startswith(b"%PDF") and data.count(b"/Type /Page") - data.count(b"/Type /Pages") >= 2
 
 
 def test_validate_and_predict_reports_and_report_from_json(tmp_path: Path, shared_dir: Path,
