@@ -63,7 +63,7 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
     ServerFlag("--mem-fraction-static", "mem_fraction_static", float, "weights+KV share of GPU memory"),
     ServerFlag("--ep-size", "ep_size", int,
                "expert parallelism: MoE experts split over this many of the TP ranks, each expert tp/ep-way "
-               "tensor parallel (default 1; docs/accuracy.md 3.9)", 1),
+               "tensor parallel (default 1; docs/accuracy.md 3.10)", 1),
     ServerFlag("--moe-a2a-backend", "moe_a2a_backend", str,
                "MoE all-to-all: none (all-reduce after the experts) or deepep (dispatch/combine; sets ep = tp)",
                "none", choices=("none", "deepep")),

@@ -5,7 +5,7 @@
 
 The first form simulates every row (as `shadowsim validate` does); the second reuses a `validate --json` output
 (rows are joined by id with the measurement file, whose tp/ep/precision columns define the slices).
-Numbers in docs/accuracy.md §3.9 come from this command.
+Numbers in docs/accuracy.md §3.10 come from this command.
 """
 from __future__ import annotations
 

@@ -304,6 +304,7 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
 
         profile = CalibrationProfile.load(args.profile)
     latency = build_latency_model(model, gpu, args.tp, precision, backend=args.latency_backend, profile=profile,
+                                  kv_cache_dtype=settings.kv_cache_dtype,
                                   parallel=ParallelLayout.from_settings(settings, gpu))
     variability = variability_from_args(args)
     latency = with_variability(latency, variability, args.seed)

@@ -1,6 +1,6 @@
 """DeepSeek-V3/R1 on B200/B300 (../shared/data/validation/sglang_deepseek_b200_b300.csv): every row with expert
 parallelism or nvfp4 simulates, the as-deployed file is its build script's output, and two EP rows are predicted
-within the issue's TPOT goal (docs/accuracy.md §3.9 has the whole-file figures).
+within the issue's TPOT goal (docs/accuracy.md §3.10 has the whole-file figures).
 """
 from __future__ import annotations
 
