@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shadowsim.shadow.config import ShadowConfig
+from shadowsim.shadow.ranks import RankRouter, base_instance_id
 from shadowsim.shadow.sink import PredictionSink
 from shadowsim.shadow.snapshot import UNCHANGED, SnapshotStore
 from shadowsim.shadow.sources import TP, Source, SourceFactory
@@ -101,6 +102,8 @@ class ShadowService:
         self._journal: dict[str, list[Any]] = {}
         self._held: set[str] = set()  # twins whose simulation run waits for the end of the poll batch
         self._drained: dict[str, set[str]] = {}  # request ids each twin wrote to the sink since its checkpoint
+        # one twin per DP rank of a data-parallel server (shadowsim/shadow/ranks.py)
+        self.ranks = RankRouter(lambda iid: int(config.instance(iid).settings.get("dp_size", 1) or 1))
         self.lock = threading.RLock()  # held while state changes; the exporter takes it to read a consistent view
         self.records_processed = 0
         self.checkpoints = 0
@@ -213,7 +216,7 @@ class ShadowService:
 
     def _new_twin(self, iid: str) -> InstanceTwin:
         c = self.config
-        return InstanceTwin(iid, c.instance(iid), c.time, c.drift, self.engine_factory, self.clock)
+        return InstanceTwin(iid, c.instance(base_instance_id(iid)), c.time, c.drift, self.engine_factory, self.clock)
 
     # ---- processing ----------------------------------------------------------------------------------------------
     def process(self, rec: Any, *, flush: bool = True) -> bool:
@@ -256,18 +259,17 @@ class ShadowService:
         if park is not None:
             park(rec, f"{reason}: {detail}")
 
-    def _admit(self, ps: PartitionState, rec: Any) -> tuple[str, str] | None:
-        """(reason, detail) when the record must not be applied at all."""
+    def _admit(self, ps: PartitionState, rec: Any, ids: list[str]) -> tuple[str, str] | None:
+        """(reason, detail) when the record must not be applied at all (``ids``: the events' twin ids)."""
         tc, cap = self.config.time, self.config.limits.max_twins
         new: set[str] = set()
-        for ev in rec.events:
-            iid = ev.instance_id
+        for ev, iid in zip(rec.events, ids):
             twin = self.twins.get(iid)
             # The window's reference: the instance's own newest event time, so that no other instance's records
             # can move it; for an instance's first record, the partition's (none for instances shadow.yaml names)
             if twin is not None and twin.max_ts > -math.inf:
                 ref, whose = twin.max_ts, "the instance's"
-            elif iid in self.config.instances:
+            elif base_instance_id(iid) in self.config.instances:
                 ref, whose = -math.inf, ""
             else:
                 ref, whose = ps.max_ts, "the partition's"
@@ -275,7 +277,7 @@ class ShadowService:
                 return "ts_window", (f"{ev.kind} at ts {ev.ts!r} is outside [{ref - tc.max_past_s!r}, "
                                      f"{ref + tc.max_future_s!r}] ({whose} newest event time − time.max_past_s, "
                                      f"+ time.max_future_s)")
-            if twin is None and iid not in self.config.instances:
+            if twin is None and base_instance_id(iid) not in self.config.instances:
                 new.add(iid)
         if new and len(self.twins) + len(new) > cap:
             return "twin_cap", (f"{len(self.twins)} twins already (limits.max_twins = {cap}); instance "
@@ -284,7 +286,8 @@ class ShadowService:
 
     def _apply_record(self, tp: TP, ps: PartitionState, rec: Any) -> bool:
         """Apply a decoded record as one transaction; False when it was refused (counted and dead-lettered)."""
-        refused = self._admit(ps, rec)
+        ids = [self.ranks.twin_id(ev) for ev in rec.events]  # one twin per DP rank (shadowsim/shadow/ranks.py)
+        refused = self._admit(ps, rec, ids)
         if refused is not None:
             self._reject(ps, rec, *refused)
             return False
@@ -292,8 +295,7 @@ class ShadowService:
         created: set[str] = set()
         applied = 0
         try:
-            for ev in rec.events:
-                iid = ev.instance_id
+            for ev, iid in zip(rec.events, ids):
                 twin = self.twins.get(iid)
                 if twin is None:
                     twin = self.twins[iid] = self._new_twin(iid)
