@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench venv clean lock system-deps
+.PHONY: demo test bench venv clean lock system-deps oracle
 
 # Tools some tests run for real, as command:Debian-package. `make test` installs the missing ones when it runs as
 # root on a machine with apt; otherwise those tests are skipped with the reason (CI, where CI=true, fails them).
@@ -37,6 +37,11 @@ test: $(STAMP) system-deps
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# SGLang 0.5.23's real scheduler beside ours, step by step (docs/fidelity.md); builds its own ~6 GB environment
+# once, cached outside the checkout (~/.cache/shadowsim/oracle-<lock hash>).
+oracle: $(STAMP)
+	nice $(BIN)/python -m oracle
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

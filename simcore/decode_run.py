@@ -14,20 +14,24 @@ such a stretch and jumps to its end (docs/architecture.md, "Decode runs"); this 
   them; knots are memoized and shared by every run of the same batch size. Linear interpolation of a function
   that is locally a power law ``c·S^a`` (every table curve and roofline term) errs by at most
   ``|a(a−1)|/8 · (Q/S)²`` relative, and by ``|Δa|/4 · Q/S`` across a kink of a piecewise curve: with the
-  default 1/1024 spacing, under 10⁻³ relative for any slope change below 4. ``tests/simcore/test_decode_run.py``
+  default 1/128 spacing, under 10⁻² relative for a slope change of 1 at a kink, and much less in practice. ``tests/simcore/test_decode_run.py``
   measures the error against the model itself (H100/H200/A100/L40S tables, roofline, MoE and MLA models) and
-  checks a 10⁻⁴ bound (measured ≤ 6·10⁻⁸).
+  checks a 10⁻⁴ bound (measured ≤ 3·10⁻⁶; 6·10⁻⁸ at 1/1024).
 
 The model must declare ``pure_step_time`` (``simcore.perf.base.has_pure_step_time``): steps are priced ahead of
 their simulated time, and knots are shared between runs.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from simcore.perf.base import BatchShape, LatencyModel
 
 # Default knot spacing of the interpolated step times: at most this fraction of Σkv (docs/architecture.md).
-DEFAULT_MAX_REL_SPACING = 1.0 / 1024
+DEFAULT_MAX_REL_SPACING = 1.0 / 128
 _KNOT_MEMO_LIMIT = 500_000
+FIRST_BLOCK = 8    # steps priced first; each further block doubles (a run rarely needs all it may take)
+NUMPY_FROM = 32    # blocks at least this long are computed with numpy (same float operations, in order)
 
 
 class DecodeStepTimes:
@@ -60,6 +64,19 @@ class DecodeStepTimes:
             v = self._knots[key] = self.price(rows, graph_bs, x)
         return v
 
+    def one(self, rows: int, graph_bs: int | None, sum_kv: int) -> tuple[float, float]:
+        """(gpu_s, cpu_s) of one decode step, interpolated between the knots around ``sum_kv`` like a run's."""
+        q = self.spacing(sum_kv)
+        if q <= rows:
+            return self.price(rows, graph_bs, sum_kv)
+        x0 = sum_kv // q * q
+        g0, c0 = self._knot(rows, graph_bs, x0)
+        if x0 == sum_kv:
+            return g0, c0
+        g1, c1 = self._knot(rows, graph_bs, x0 + q)
+        w = (sum_kv - x0) / q
+        return g0 + (g1 - g0) * w, c0 + (c1 - c0) * w
+
     def times(self, rows: int, graph_bs: int | None, sum_kv0: int, steps: int) -> tuple[list[float], list[float]]:
         """(gpu_s, cpu_s) lists for ``steps`` decode steps of ``rows`` rows, step j at Σkv = sum_kv0 + j·rows."""
         q = self.spacing(sum_kv0)
@@ -84,9 +101,140 @@ class DecodeStepTimes:
             s += rows
         return gpu, cpu
 
+    def times_array(self, rows: int, graph_bs: int | None, sum_kv0: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`times` as arrays, vectorized (the same formula, so the same floats as :meth:`times`)."""
+        q = self.spacing(sum_kv0)
+        if q <= rows:
+            g, c = self.times(rows, graph_bs, sum_kv0, steps)
+            return np.array(g), np.array(c)
+        s = sum_kv0 + rows * np.arange(steps, dtype=np.int64)
+        k0 = sum_kv0 // q
+        k = s // q
+        nk = int(k[-1]) - k0 + 2
+        knots = np.array([self._knot(rows, graph_bs, (k0 + i) * q) for i in range(nk)], dtype=float)
+        i = k - k0
+        w = (s - k * q) / q
+        g0, c0 = knots[i, 0], knots[i, 1]
+        return g0 + (knots[i + 1, 0] - g0) * w, c0 + (knots[i + 1, 1] - c0) * w
+
     def spacing(self, sum_kv: int) -> int:
         """Knot spacing for runs starting at ``sum_kv``: the largest power of two ≤ spacing × Σkv (≥ 1)."""
         if self.knot_spacing <= 0.0:
             return 1
         want = int(sum_kv * self.knot_spacing)
         return 1 << (want.bit_length() - 1) if want >= 1 else 1
+
+
+def plan_run(times: DecodeStepTimes, rows: int, graph_bs: int | None, sum_kv0: int, limit: int, t: float,
+             gpu_free: float, bound: float, overlap: bool) -> tuple[list[float], list[float], list[float]]:
+    """Launch times, GPU-end times and CPU seconds of the iterations of a decode run starting at ``t``: at most
+    ``limit``, and no iteration after the first may start at or after ``bound``.
+
+    The loop's own float recurrences. Overlap: ``launch_j = max(t_j + cpu_j, end_{j−1})`` and the next
+    iteration starts there too, so ``launch_j = launch_{j−1} + max(cpu_j, gpu_{j−1})`` exactly (rounding is
+    monotonic); iteration j + 1 starts at ``launch_j``. Overlap off: ``launch_j = t_j + cpu_j``,
+    ``end_j = launch_j + gpu_j`` = the next start. Steps are priced block by block (16, then doubling) as far as
+    the run gets; long blocks go through numpy (sequential accumulations: the same sums)."""
+    starts: list[float] = []
+    ends: list[float] = []
+    cpus: list[float] = []
+    done = 0
+    block = FIRST_BLOCK
+    last_start = t        # overlap: the last launch; off: the last end (= the next iteration's start)
+    last_gpu = 0.0
+    while done < limit:
+        m = min(block, limit - done)
+        block *= 2
+        s0 = sum_kv0 + done * rows
+        if m >= NUMPY_FROM:
+            gpu_a, cpu_a = times.times_array(rows, graph_bs, s0, m)
+            if overlap:
+                seq = np.empty(m)
+                if done == 0:
+                    t0 = t + float(cpu_a[0])
+                    seq[0] = t0 if t0 > gpu_free else gpu_free
+                else:
+                    c0 = float(cpu_a[0])
+                    seq[0] = last_start + (c0 if c0 > last_gpu else last_gpu)
+                np.maximum(cpu_a[1:], gpu_a[:-1], out=seq[1:])
+                launch = np.add.accumulate(seq)
+                end = launch + gpu_a
+                nxt = launch
+            else:
+                seq = np.empty(2 * m + 1)
+                seq[0] = last_start
+                seq[1::2] = cpu_a
+                seq[2::2] = gpu_a
+                acc = np.add.accumulate(seq)
+                launch, end = acc[1::2], acc[2::2]
+                nxt = end
+            # iteration done + i (i ≥ 1) starts at nxt[i − 1]; the block's first one was checked before the block
+            take = 1 + int(np.searchsorted(nxt[:m - 1], bound, side="left"))
+            starts += launch[:take].tolist()
+            ends += end[:take].tolist()
+            cpus += cpu_a[:take].tolist()
+            done += take
+            last_start, last_gpu = float(nxt[take - 1]), float(gpu_a[take - 1])
+            if take < m or last_start >= bound:
+                break
+            continue
+        gpu, cpu = times.times(rows, graph_bs, s0, m)
+        stopped = False
+        for i in range(m):
+            if done and last_start >= bound:
+                stopped = True
+                break
+            c, g = cpu[i], gpu[i]
+            if overlap:
+                if done == 0:
+                    t0 = t + c
+                    launch_f = t0 if t0 > gpu_free else gpu_free
+                else:
+                    launch_f = last_start + (c if c > last_gpu else last_gpu)
+                starts.append(launch_f)
+                ends.append(launch_f + g)
+                last_start = launch_f
+            else:
+                launch_f = last_start + c
+                last_start = launch_f + g
+                starts.append(launch_f)
+                ends.append(last_start)
+            last_gpu = g
+            cpus.append(c)
+            done += 1
+        if stopped or (done and last_start >= bound):
+            break
+    return starts, ends, cpus
+
+
+def decode_gaps(ends: list[float], cpu: list[float], overlap: bool, floor: float, last: float,
+                detokenize_s: float) -> tuple[list[float], float, float]:
+    """The ITL gaps of the results a run of ``n = len(ends)`` steps applies inside itself, as ``_apply`` computes
+    them: overlap, iteration j + 2 applies step j (j < n − 2), whose tokens leave with the next step's CPU pass
+    (``ends[j] + cpu[j + 1]``); overlap off, iteration j + 1 applies step j (j < n − 1) at its GPU end. Each emit
+    is held back to the previous one's (``floor``) and shifted by the detokenizer; each gives one gap after the
+    previous client time (``last``). Returns (gaps, new floor, new last client time)."""
+    n = len(ends)
+    m = n - 2 if overlap else n - 1
+    if m <= 0:
+        return [], floor, last
+    if m >= NUMPY_FROM:
+        seq = np.empty(m + 1)
+        seq[0] = floor
+        if overlap:
+            np.add(ends[:m], cpu[1:m + 1], out=seq[1:])
+        else:
+            seq[1:] = ends[:m]
+        base = np.maximum.accumulate(seq)
+        client = base + detokenize_s
+        client[0] = last
+        return np.diff(client).tolist(), float(base[-1]), float(client[-1])
+    gaps = []
+    for j in range(m):
+        e = ends[j] + cpu[j + 1] if overlap else ends[j]
+        if e > floor:
+            floor = e
+        c = floor + detokenize_s
+        gaps.append(c - last)
+        last = c
+    return gaps, floor, last

@@ -86,6 +86,13 @@ class KVCache:
             return MatchResult(0, self.tree.root)
         return self.tree.match_prefix(req_key, input_len - 1, now)
 
+    def match_full(self, req_key: Sequence[int] | None, fill_len: int, now: float) -> MatchResult:
+        """Cached prefix of the request's whole fill, no ``len − 1`` cap: the match a scheduling pass sorts by
+        (0.5.23 ``calc_priority`` → ``match_kv_cache`` without ``max_prefix_len``, mem_cache/common.py line 221)."""
+        if req_key is None:
+            return MatchResult(0, self.tree.root)
+        return self.tree.match_prefix(req_key, fill_len, now)
+
     def touch(self, req_key: Sequence[int] | None, fill_len: int, now: float) -> None:
         """``touch_prefix`` (§2.4): refresh the LRU stamps along the cached prefix of the request's whole fill
         (prompt + outputs; no ``−1`` cap, unlike :meth:`match`). Changes nothing else."""

@@ -43,12 +43,15 @@ def default_mem_fraction_static(gpu_memory_bytes: int, family: VersionFamily, tp
                                 chunked_prefill_size: int | None = 8192, cuda_graph_max_bs: int = 256,
                                 pp_size: int = 1, max_prefill_tokens: int = 16384,
                                 prefill_graph_buckets: int = DEFAULT_PREFILL_GRAPH_BUCKETS, is_mla: bool = False,
-                                speculative: bool = False, dp_attention: bool = False) -> float:
+                                speculative: bool = False, dp_attention: bool = False,
+                                disable_cuda_graph: bool = False) -> float:
     """SGLang's default ``mem_fraction_static`` (§4.1), rounded to 3 decimals as SGLang does.
 
-    0.5.x: reserved MiB = 512 + 1.5 × activation tokens + TP·PP/8 GiB + 2 × decode max_bs (+ 0.5.23's prefill
-    graphs, 8 MiB per bucket, +1.5 GiB for MLA), at least 10 GiB on GPUs over 60 GiB. 0.4.x (and 0.5.0–0.5.2, see
-    `mem_fraction_family`): a table by GPU size.
+    0.5.x: reserved MiB = 512 + 1.5 × activation tokens + TP·PP/8 GiB + the graph reserve, at least 10 GiB on GPUs
+    over 60 GiB. The graph reserve is 2 × decode max_bs, plus in 0.5.23 the prefill graphs: 8 MiB per bucket, or
+    1.5 GiB *instead* for MLA models; with ``--disable-cuda-graph`` 0.5.23 reserves no graph memory at all
+    (0.5.23 arg_groups/memory_hook.py::reserve_for_graph_mb, lines 360-397, called at line 313).
+    0.4.x (and 0.5.0–0.5.2, see `mem_fraction_family`): a table by GPU size.
     ``chunked_prefill_size`` None or ≤ 0 means chunking is off (activations sized by ``max_prefill_tokens``).
     """
     mem_mb = gpu_memory_bytes / MiB
@@ -66,9 +69,11 @@ def default_mem_fraction_static(gpu_memory_bytes: int, family: VersionFamily, tp
     else:
         chunking = chunked_prefill_size is not None and chunked_prefill_size > 0
         act_tokens = max(chunked_prefill_size if chunking else max_prefill_tokens, 2048)  # type: ignore[arg-type]
-        reserved = 512 + act_tokens * 1.5 + par / 8 * 1024 + cuda_graph_max_bs * 2
-        if family == "0.5.23":
-            reserved += prefill_graph_buckets * 8 + (1.5 * 1024 if is_mla else 0)
+        reserved = 512 + act_tokens * 1.5 + par / 8 * 1024
+        if family != "0.5.23":
+            reserved += cuda_graph_max_bs * 2
+        elif not disable_cuda_graph:
+            reserved += cuda_graph_max_bs * 2 + (1.5 * 1024 if is_mla else prefill_graph_buckets * 8)
         if mem_mb > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
     return round((mem_mb - reserved) / mem_mb, 3)
@@ -167,7 +172,8 @@ def size_kv_pool(model: "ModelSpec", gpu: "GpuSpec", settings: ServerSettings,
     if frac is None:
         frac = default_mem_fraction_static(
             gpu.memory_bytes, mem_fraction_family(s.sglang_version), s.tp_size, s.chunked_prefill_size,
-            s.cuda_graph_max_bs or 160, pp_size=s.pp_size, max_prefill_tokens=s.max_prefill_tokens, is_mla=model.is_mla)
+            s.cuda_graph_max_bs or 160, pp_size=s.pp_size, max_prefill_tokens=s.max_prefill_tokens, is_mla=model.is_mla,
+            disable_cuda_graph=s.disable_cuda_graph)
     tokens = max_total_num_tokens(gpu.memory_bytes, weights, cell, frac, s.page_size, s.max_total_tokens)
     ctx = s.context_length or model.context_length
     return KVPoolSizing(frac, tokens, max_running_requests(tokens, ctx, s.max_running_requests, s.dp_size, s.family),

@@ -10,7 +10,9 @@ Semantics follow SGLang's ``mem_cache/radix_cache.py::RadixCache`` (sglang-inter
 - **Children** are keyed by their first element (``g == 1``) or by the tuple of their first ``g`` elements, as
   SGLang's ``child_key(page_size)``.
 - **LRU stamps** are ``(now, tick)``: ``now`` is the simulated time passed in, ``tick`` a per-cache counter bumped
-  once per operation, so ties break deterministically (UnifiedTreeCore uses a counter too, §3.6).
+  once per operation, so ties break deterministically (UnifiedTreeCore uses a counter too, §3.6). A match or
+  insert that splits a node stamps the whole node first, so the unmatched tail is refreshed too (SGLang's
+  ``_match_prefix_helper``/``_insert_helper`` set ``child.last_access_time`` before ``_split_node``).
 - **Locks** (``lock_ref``) run along the path to the root; ``evictable_size`` counts unlocked tree tokens and
   ``protected_size`` locked ones, both maintained incrementally.
 - **Eviction** is lazy (the caller evicts only when an allocation falls short), removes whole unlocked leaves,
@@ -200,6 +202,8 @@ class RadixCache:
             if k == 0:
                 break
             if k < len(child.key):
+                # SGLang stamps the child before splitting it: the unmatched tail keeps this access time too
+                self._touch(child, stamp)
                 child = self._split(child, k)
             self._touch(child, stamp)
             pos += k
@@ -225,6 +229,7 @@ class RadixCache:
             k = _common_prefix(key, pos, child.key)
             k -= k % self.g
             if k < len(child.key):
+                self._touch(child, stamp)  # as in match_prefix: the tail is stamped before the split
                 child = self._split(child, k)
             self._touch(child, stamp)
             pos += k

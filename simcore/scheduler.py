@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 from enum import Enum
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -102,14 +102,18 @@ def active_policy(settings: ServerSettings, num_waiting: int) -> str:
 
 
 def _key_tokens(req: SchedReq, elems: int) -> int:
-    return min(elems * req.key_unit, req.fill_len - 1)
+    """Tokens covered by ``elems`` key elements of ``req`` (a partial last block counts its real length)."""
+    return min(elems * req.key_unit, req.fill_len)
 
 
 def _in_batch_deprioritised(waiting: Sequence[SchedReq]) -> set[int]:
     """Indices of requests deprioritised by in-batch prefix caching (§2.4, cache-aware policies).
 
-    A request with a short real-cache match (≤ 32 tokens) is matched against a simulated tree of the waiting
-    requests seen so far in this pass; ≥ 32 matched tokens there → deprioritised, else it joins that tree.
+    A request whose (uncapped) real-cache match is at most 32 tokens is matched against a simulated tree of the
+    waiting requests seen so far in this pass; ≥ 32 matched tokens there → deprioritised, else it joins that tree.
+    Both matches are over the whole fill, with no ``len − 1`` cap (0.5.23 ``SchedulePolicy._compute_prefix_matches``,
+    schedule_policy.py lines 346-396: ``r.prefix_len`` from ``match_kv_cache`` without ``max_prefix_len``, and the
+    waiting-queue tree's ``device_prefix_len``), so two identical 32-token prompts deprioritise the second.
     The simulated tree is a trie of key elements (dict of dicts).
     """
     trie: dict[Any, Any] = {}
@@ -133,32 +137,40 @@ def _in_batch_deprioritised(waiting: Sequence[SchedReq]) -> set[int]:
 
 
 def _dfs_weight_order(waiting: Sequence[SchedReq]) -> list[int]:
-    """``_dfs_weight_order``: DFS over the cached prefixes, children by descending number of waiting requests.
+    """``_dfs_weight_order`` (0.5.23 mem_cache/base_prefix_cache.py lines 347-387) over the real radix tree.
 
-    Each request sits at the node of its matched prefix. We rebuild the relevant part of the radix tree as a trie
-    of matched key elements; a compressed radix path and a per-element trie give the same DFS order. Ties keep
-    first-seen (queue) order.
+    Each request sits at the node of its last match (``last_node``; the root when it matched nothing). A node's
+    weight is the number of waiting requests in its subtree; the walk visits children heaviest first, ties in the
+    tree's own child order (dict insertion order, as SGLang's ``node.children``), and emits a node's requests after
+    its children (post-order). Nodes without waiting requests below them emit nothing, so only those with weight
+    are walked.
     """
-    root: dict[str, Any] = {"c": {}, "reqs": [], "w": 0}
+    at: dict[int, list[int]] = {}
+    weight: dict[int, int] = {}
+    root: Any = None
     for i, r in enumerate(waiting):
-        elems = r.prefix_len // r.key_unit if r.key else 0
-        node = root
-        node["w"] += 1
-        for k in (r.key or ())[:elems]:
-            node = node["c"].setdefault(k, {"c": {}, "reqs": [], "w": 0})
-            node["w"] += 1
-        node["reqs"].append(i)
-    # post-order, as SGLang's _get_dfs_priority: a node's children (heaviest first), then its own requests
-    order: list[int] = []
-    stack: list[tuple[dict[str, Any], bool]] = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.extend(node["reqs"])
+        node = r.last_node
+        if node is None:  # matched nothing: it sits at the root
+            at.setdefault(0, []).append(i)
             continue
-        stack.append((node, True))
-        kids = sorted(node["c"].values(), key=lambda n: -n["w"])
-        stack.extend((k, False) for k in reversed(kids))
+        at.setdefault(id(node), []).append(i)
+        while node is not None:
+            weight[id(node)] = weight.get(id(node), 0) + 1
+            root = node
+            node = node.parent
+    order: list[int] = []
+    if root is not None:
+        stack: list[tuple[Any, bool]] = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.extend(at.get(id(node), ()))
+                continue
+            stack.append((node, True))
+            kids = [c for c in node.children.values() if id(c) in weight]
+            kids.sort(key=lambda c: -weight[id(c)])  # stable: ties keep the tree's child order
+            stack.extend((c, False) for c in reversed(kids))
+    order.extend(at.get(0, ()))
     return order
 
 
@@ -166,8 +178,9 @@ def order_waiting(waiting: list[Any], settings: ServerSettings, rng: np.random.G
                   match: Callable[[Any], None]) -> str:
     """Sort ``waiting`` in place for one pass, as ``calc_priority`` does; returns the active policy.
 
-    ``match(req)`` refreshes ``req.prefix_len``/``req.last_node`` against the real tree (touching LRU); it is
-    called for every waiting request under cache-aware policies only.
+    ``match(req)`` refreshes ``req.prefix_len``/``req.last_node`` against the real tree (touching LRU) over the
+    whole fill, without the ``len − 1`` cap of admission; it is called for every waiting request under
+    cache-aware policies only.
     """
     pol = active_policy(settings, len(waiting))
     if settings.enable_priority_scheduling and pol in ("fcfs", "lof"):
@@ -189,11 +202,12 @@ def order_waiting(waiting: list[Any], settings: ServerSettings, rng: np.random.G
         waiting[:] = [waiting[i] for i in perm]
         return pol
     for r in waiting:
-        match(r)
+        match(r)  # uncapped: the whole fill, page-aligned (calc_priority's match_kv_cache has no max_prefix_len)
     if pol == "lpm":
         dep = _in_batch_deprioritised(waiting)
         inf = float("inf")
-        keyed = [(inf if i in dep else -r.prefix_len, i) for i, r in enumerate(waiting)]
+        # _sort_by_longest_prefix sorts by num_matched_prefix_tokens = min(full hit, len − 1) (common.py line 261)
+        keyed = [(inf if i in dep else -min(r.prefix_len, r.fill_len - 1), i) for i, r in enumerate(waiting)]
         keyed.sort()
         waiting[:] = [waiting[i] for _, i in keyed]
     elif pol == "dfs-weight":
@@ -249,7 +263,8 @@ class PrefillAdder:
 
     def __init__(self, settings: ServerSettings, available: Callable[[], int], lock: Callable[[Any], None],
                  unlock: Callable[[Any], None], running_reservation: float, new_token_ratio: float,
-                 num_mixed_decode_tokens: int = 0, family: str | None = None) -> None:
+                 num_mixed_decode_tokens: int = 0, family: str | None = None,
+                 running: Callable[[], Iterable[SchedReq]] | None = None) -> None:
         self.s = settings
         self.page = settings.page_size
         self.clip = settings.clip_max_new_tokens_estimation
@@ -269,6 +284,8 @@ class PrefillAdder:
         self.new_chunked: Any = None
         self.log_hit_tokens = 0
         self.log_input_tokens = 0
+        self._running = running          # the running batch's requests (add_one_req_ignore_eos reads them)
+        self._req_states: list[tuple[float, int]] | None = None
 
     # -- budgets --
     @property
@@ -313,8 +330,11 @@ class PrefillAdder:
             budget = self.rem_chunk if self.rem_chunk is not None else remaining
         truncated = remaining > budget
         new_len = min(remaining, budget)
-        if truncated:
+        if truncated and self.fam == "0.4":
             new_len = max(self.page, new_len // self.page * self.page)
+        # 0.5.x takes min(rem_chunk, remaining memory) as it is, not page-aligned (0.5.23 schedule_policy.py::
+        # add_chunked_req lines 1140-1222 with PrefillBudget.available_chunk_tokens, prefill_budget.py line 142;
+        # 0.5.9 schedule_policy.py lines 591-616)
         self.can_run.append(req)
         self.extend[id(req)] = new_len
         # the last chunk reserves min(max_new, CLIP) in every version: outputs are not subtracted here (§2.5)
@@ -327,7 +347,13 @@ class PrefillAdder:
         cap = self.s.prefill_max_requests
         if cap is not None and len(self.can_run) >= cap:  # §2.11 (the in-flight chunk counts too)
             return AddResult.OTHER
+        if self.fam != "0.4" and req.ignore_eos and self.s.disable_radix_cache:
+            return self.add_one_req_ignore_eos(req)
         max_new = self.reserve_of(req)
+        # the admission test subtracts the outputs already generated (a retracted request's), the reservation
+        # does not: it charges min(max_new_tokens, CLIP) (0.5.23 _select_prefill_admission, schedule_policy.py
+        # lines 1636, 1685-1703; 0.5.9 add_one_req, lines 791-798)
+        reserve = min(req.max_new, self.clip) if self.fam != "0.4" else max_new
         extend = req.fill_len - req.prefix_len
         total_tokens = extend + max_new + self.overhead
         self._lock(req.last_node)
@@ -342,7 +368,7 @@ class PrefillAdder:
                 self._lock(req.last_node)  # admitted: its prefix stays locked (no longer evictable)
                 self.can_run.append(req)
                 self.extend[id(req)] = extend
-                self._update(req.prefix_len, extend, max_new)
+                self._update(req.prefix_len, extend, reserve)
             else:
                 if self.fam == "0.4":
                     trunc = self.rem_chunk - self.page + 1
@@ -359,4 +385,60 @@ class PrefillAdder:
                 self._update(req.prefix_len, trunc, 0)
         finally:
             self._unlock(req.last_node)
+        return self.budget_state()
+
+    # -- ignore_eos requests without a radix cache (0.5.23) --
+    def _req_state(self, r: SchedReq) -> tuple[float, int] | None:
+        """(tokens left, tokens occupied) of ``add_req_state``: max_new (unclipped) × ratio − outputs."""
+        ratio = 1.0 if r.ignore_eos else self.ratio
+        left = r.max_new * ratio - r.out_len
+        return None if left <= 0 else (left, r.input_len + r.out_len)
+
+    def add_one_req_ignore_eos(self, req: SchedReq) -> AddResult:
+        """``PrefillAdder.add_one_req_ignore_eos`` (0.5.23 schedule_policy.py lines 1241-1383, 0.5.9 lines
+        632-716), taken by ``add_one_req`` for an ignore_eos request when the radix cache is disabled (0.5.23 line
+        1401, 0.5.9 line 731).
+
+        Instead of reserving every running request's remaining tokens, it simulates completions: the running,
+        admitted and candidate requests sorted by tokens left; walking them shortest first, the ``bs`` requests
+        still running must each fit their remaining tokens in the free memory plus what the finished ones
+        released, with one token to spare each (IGNORE_EOS_RESERVE_TOKENS).
+        """
+        extend = req.fill_len - req.prefix_len
+        paged_input = self._ceil_page(extend) + self.overhead
+        if paged_input > min(self.cur_rem, self.rem_total):  # PrefillBudget.can_allocate_prefill
+            return AddResult.NO_TOKEN
+        if self._req_states is None:
+            states = [self._req_state(req)]
+            states += [self._req_state(r) for r in (self._running() if self._running is not None else ())]
+            states += [self._req_state(r) for r in self.can_run]
+            self._req_states = sorted((x for x in states if x is not None), key=lambda x: x[0])
+        else:
+            st = self._req_state(req)
+            if st is not None:  # SGLang's insertion loop, quirk included (no match → before the last entry)
+                i = 0
+                for i in range(len(self._req_states)):
+                    if st[0] <= self._req_states[i][0]:
+                        break
+                self._req_states.insert(i, st)
+        cur_rem = self.cur_rem - paged_input
+        freed = 0
+        n = len(self._req_states)
+        for i, (left, occupied) in enumerate(self._req_states):
+            bs = n - i
+            if cur_rem + freed - left * bs <= bs:
+                return AddResult.NO_TOKEN
+            freed += occupied
+        if self.rem_chunk is None or extend <= self.rem_chunk:
+            self.can_run.append(req)
+            self.extend[id(req)] = extend
+            self._update(0, extend, min(req.max_new, self.clip))
+        else:
+            if self.rem_chunk <= 0:
+                return AddResult.OTHER
+            trunc = self.rem_chunk  # not page-aligned on this path
+            self.can_run.append(req)
+            self.extend[id(req)] = trunc
+            self.new_chunked = req
+            self._update(0, trunc, 0)
         return self.budget_state()

@@ -35,7 +35,7 @@ import numpy as np
 import simpy
 
 from simcore import server_snapshot as _snap
-from simcore.decode_run import DEFAULT_MAX_REL_SPACING, DecodeStepTimes
+from simcore.decode_run import DEFAULT_MAX_REL_SPACING, DecodeStepTimes, decode_gaps, plan_run
 from simcore.kv_cache import KVCache
 from simcore.memory import max_running_requests as _derive_max_running
 from simcore.perf.base import BatchShape, LatencyModel, has_pure_step_time
@@ -152,6 +152,8 @@ class Server(ResultProcessor):
         if spec.rid in self.reqs:
             raise ValueError(f"duplicate request id {spec.rid!r}")
         req = Req.from_spec(spec, self.max_req_len, self.clk)
+        if spec.input_len >= self.max_req_len - 5:  # SGLang's max_req_input_len: aborted with its error
+            req.abort_for_length(self.max_req_len - 5)
         ev = self.env.event()
         self.reqs[spec.rid] = req
         self.events[spec.rid] = ev
@@ -227,12 +229,16 @@ class Server(ResultProcessor):
             if self.decode_runs and self._decode_run(t):
                 batch = None  # a run of decode iterations was done; self.t is the iteration after it
             elif (batch := self._schedule(t)) is not None:
-                st = self.latency.step_time(batch.shape)
-                cpu = st.cpu_s
+                if self.decode_runs and batch.kind == "decode":  # priced like a run's steps (same knots)
+                    sh = batch.shape
+                    gpu, cpu = self.run_times.one(sh.num_decode, sh.cuda_graph_bs, sh.decode_sum_kv)
+                else:
+                    st = self.latency.step_time(batch.shape)
+                    gpu, cpu = st.gpu_s, st.cpu_s
                 self.steps += 1
                 if self.overlap:
                     launch = max(t + cpu, self.gpu_free)
-                    batch.gpu_end = self.gpu_free = launch + st.gpu_s
+                    batch.gpu_end = self.gpu_free = launch + gpu
                     prev = self.inflight
                     self.inflight = batch
                     if prev is not None:
@@ -244,7 +250,7 @@ class Server(ResultProcessor):
                     self.due = prev
                 else:
                     launch = t + cpu
-                    batch.gpu_end = self.gpu_free = launch + st.gpu_s
+                    batch.gpu_end = self.gpu_free = launch + gpu
                     nxt = batch.emit_s = batch.gpu_end
                     self.due = batch
                 used = self.kv.used
@@ -295,8 +301,8 @@ class Server(ResultProcessor):
         (nothing done) when fewer than ``MIN_DECODE_RUN`` qualify.
 
         An iteration qualifies when nothing can change the batch: no chunked request, zombie or fresh joiner,
-        the prefill pass is skipped (``batch_is_full`` latched or nobody waits), no finisher in the steps (the
-        finish heap's top), every step's KV fits the free pool without eviction or retraction, the batch
+        the prefill pass is skipped (``batch_is_full`` latched or nobody waits), no finisher before the run's last
+        launch (the finish heap's top), every step's KV fits the free pool without eviction or retraction, the batch
         applied in the run carries no finish or first token, and the next iteration starts before the next
         arrival or SimPy event (so neither ingest nor a yield is skipped). The state afterwards is exactly
         the step-by-step loop's after the same iterations."""
@@ -315,62 +321,21 @@ class Server(ResultProcessor):
         g0 = self.clk[0]
         heap = self.fin_heap
         limit = min(self.MAX_DECODE_RUN, self.kv.free // rows)
-        if heap:
-            limit = min(limit, heap[0][0] - g0 - 1)
+        if heap:  # the run may end with the launch that computes the next finisher's last token
+            limit = min(limit, heap[0][0] - g0)
         if limit < self.MIN_DECODE_RUN:
             return False
         pend = self.pending
         bound = self.env.peek()
         if pend and pend[0][0] < bound and not latched:  # an arrival would be admitted: it ends the run
             bound = pend[0][0]
-        if bound <= t or t < self.env.now:
-            return False
+        if bound <= t or t < self.env.now or (self.overlap and self.gpu_free >= bound):
+            return False  # (overlap: the second iteration starts at the first launch, not before gpu_free)
         graph_bs = self._pad(rows)
         sum_kv0 = self.sum_kv
-        priced = min(limit, 16)  # step times are priced in growing blocks, as far as the run gets
-        gpu, cpu = self.run_times.times(rows, graph_bs, sum_kv0, priced)
-        # launch and GPU-end times, the loop's own float recurrences. Overlap: launch_j = max(t_j + cpu_j,
-        # end_{j-1}) and the next iteration starts there too, so launch_j = launch_{j-1} + max(cpu_j, gpu_{j-1})
-        # exactly (rounding is monotonic). Overlap off: launch_j = t_j + cpu_j, next start = end_j.
-        # Iteration j (1 … n-1) starts at starts[j-1] and must come before the bound (no ingest, no yield).
         overlap = self.overlap
-        starts: list[float] = []
-        ends: list[float] = []
-        if overlap:
-            t0 = t + cpu[0]
-            launch = t0 if t0 > self.gpu_free else self.gpu_free
-            g_prev = gpu[0]
-            end = launch + g_prev
-            starts.append(launch)
-            ends.append(end)
-            for j in range(1, limit):
-                if launch >= bound:
-                    break
-                if j == priced:
-                    more = min(limit - j, 2 * j)
-                    g_more, c_more = self.run_times.times(rows, graph_bs, sum_kv0 + j * rows, more)
-                    gpu += g_more
-                    cpu += c_more
-                    priced += more
-                c = cpu[j]
-                launch = launch + (c if c > g_prev else g_prev)
-                g_prev = gpu[j]
-                starts.append(launch)
-                ends.append(launch + g_prev)
-        else:
-            now = t
-            for j in range(limit):
-                if j and now >= bound:
-                    break
-                if j == priced:
-                    more = min(limit - j, 2 * j)
-                    g_more, c_more = self.run_times.times(rows, graph_bs, sum_kv0 + j * rows, more)
-                    gpu += g_more
-                    cpu += c_more
-                    priced += more
-                now = (now + cpu[j]) + gpu[j]
-                ends.append(now)
-            starts = ends
+        starts, ends, cpu = plan_run(self.run_times, rows, graph_bs, sum_kv0, limit, t, self.gpu_free, bound,
+                                     overlap)
         n = len(ends)
         if n < self.MIN_DECODE_RUN:
             return False
@@ -385,31 +350,23 @@ class Server(ResultProcessor):
         if overlap:
             prev.emit_s = self.gpu_free + cpu[0]
             self._apply(prev, starts[0])
-            # iteration j + 2 applies step j (j = 0 … n-3), whose tokens leave with the CPU pass of step j + 1
-            emits = [ends[j] + cpu[j + 1] for j in range(n - 2)]
-        else:
-            emits = ends[:n - 1]  # iteration j + 1 applies step j
-        floor = self.emit_floor
-        last = self.last_decode_apply
-        detok = self.detokenize_s
-        gaps = []
-        for e in emits:
-            if e > floor:
-                floor = e
-            client = floor + detok
-            gaps.append(client - last)
-            last = client
+        gaps, floor, last = decode_gaps(ends, cpu, overlap, self.emit_floor, self.last_decode_apply,
+                                        self.detokenize_s)
         self.emit_floor = floor
         self.last_decode_apply = last
-        self.last_decode_apply_g = g0 + len(emits)
+        self.last_decode_apply_g = g0 + len(gaps)
         self.itl_vals.extend(gaps)
         self.itl_w.extend([rows] * len(gaps))
         # -- the launches: n decode steps of `rows` rows
         ratio = self.ratio
-        for _ in range(n):
-            if ratio.current == ratio.min:  # decay_step is the identity from here on
+        current, decay, floor_ratio = ratio.current, ratio.decay, ratio.min
+        for _ in range(n):  # NewTokenRatio.decay_step, n times (the identity once at the floor)
+            if current == floor_ratio:
                 break
-            ratio.decay_step()
+            current -= decay
+            if current < floor_ratio:
+                current = floor_ratio
+        ratio.current = current
         self.res.advance(g0, n, self.reqs)
         self.clk[0] = g0 + n
         self.sum_kv = sum_kv0 + n * rows
@@ -425,6 +382,7 @@ class Server(ResultProcessor):
             self.kv_peak_used = used
         last_b = self._run_batch(bid0 + n, rows, sum_kv0 + (n - 1) * rows, graph_bs, g0 + n, ends[n - 1])
         self.gpu_free = last_b.gpu_end
+        self._pop_finishers(last_b)  # as _launch_decode_rows after its launch (the run's last one)
         if overlap:
             due = self._run_batch(bid0 + n - 1, rows, sum_kv0 + (n - 2) * rows, graph_bs, g0 + n - 1, ends[n - 2])
             due.emit_s = ends[n - 2] + cpu[n - 1]
@@ -470,8 +428,10 @@ class Server(ResultProcessor):
     def _group(self, r: Req) -> int:
         return 1 if (self.fam == "0.5.23" and r.ignore_eos) else 0
 
-    def _match(self, r: Req, t: float) -> None:
-        m = self.kv.match(r.key, r.fill_len, t)
+    def _match(self, r: Req, t: float, capped: bool = True) -> None:
+        """Admission's match (capped at ``len − 1``) or, ``capped=False``, the scheduling pass's (whole fill)."""
+        kv = self.kv
+        m = kv.match(r.key, r.fill_len, t) if capped else kv.match_full(r.key, r.fill_len, t)
         r.prefix_len, r.last_node = m.prefix_len, m.node
 
     def _prefill(self, t: float, zombies: list[Req]) -> Batch | None:
@@ -487,13 +447,14 @@ class Server(ResultProcessor):
             self.batch_is_full = True
             return None
         kv = self.kv
-        pol = order_waiting(self.waiting, s, self.rng, lambda r: self._match(r, t))
+        pol = order_waiting(self.waiting, s, self.rng, lambda r: self._match(r, t, capped=False))
         if self.refresh_on and self.waiting and pol in ("fcfs", "lof", "random"):
             self._touch_waiting(t)
         mixed = s.enable_mixed_chunk and s.chunking_enabled
         adder = PrefillAdder(s, kv.available, kv.lock, kv.unlock,
                              self._running_reservation(self.ratio.current), self.ratio.current,
-                             running_bs if mixed else 0, self.fam)
+                             running_bs if mixed else 0, self.fam,
+                             running=lambda: (*self.R.values(), *self.F.values()))
         ch = self.chunked
         if ch is not None:
             self.chunked = adder.add_chunked_req(ch, ch.fill_target - ch.extend_end)
@@ -675,8 +636,13 @@ class Server(ResultProcessor):
         self.sum_kv += nR
         self.res.before_decode(self.clk[0], self.reqs)
         self.clk[0] += 1
+        b.g_after = self.clk[0]
+        self._pop_finishers(b)
+        return nrows, sum_kv
+
+    def _pop_finishers(self, b: Batch) -> None:
+        """Requests whose last token decode batch ``b`` (just launched, ``clk`` already advanced) computes."""
         G = self.clk[0]
-        b.g_after = G
         heap = self.fin_heap
         while heap and heap[0][0] <= G:
             _, _, rid, ver = heapq.heappop(heap)
@@ -686,7 +652,6 @@ class Server(ResultProcessor):
             self._leave_r(r)
             r.last_bid = b.bid
             self._to_finishing(r, b)
-        return nrows, sum_kv
 
     def _decode(self, t: float, zombies: list[Req]) -> Batch | None:
         """``update_running_batch`` (§2.7): memory check, retraction, ratio update, one token per request."""
@@ -747,6 +712,8 @@ class Server(ResultProcessor):
             r.o0 -= 1  # its in-flight token is dropped when that result is processed (is_retracted)
             inf.drop(r)
         self.kv.release(r.node, held)
+        self.seq += 1
+        r.key_outputs(-(self.seq << 32))  # its outputs are real tokens of its next fill
         want = len(self.R) * self.s.retract_decode_steps
         if self.kv.free < want:
             self.kv.evict(want - self.kv.free)

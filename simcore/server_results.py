@@ -57,7 +57,7 @@ class ResultProcessor:
             del self.F[r.rid]
             self.res.remove(r)
             kv.cache_finished(r.key, r.input_len + r.o0 - 1, r.node, t, kv_tokens=r.held)
-            self._finish(r, emit_t, aborted=False)
+            self._finish(r, emit_t, aborted=r.abort_error is not None)
             self.batch_is_full = False
 
     def _itl(self, v: float, w: int) -> None:
@@ -70,7 +70,7 @@ class ResultProcessor:
         first = r.first_token_s if r.first_token_s is not None else t
         out = r.o0 if not aborted else max(r.o0, 0)
         rec = RequestRecord(
-            rid=r.rid, arrival_s=r.spec.arrival_s, input_len=r.input_len, output_len=out,
+            rid=r.rid, arrival_s=r.spec.arrival_s, input_len=r.spec.input_len, output_len=out,
             cached_tokens=r.cached_tokens, first_token_s=first, finish_s=t, ttft_s=first - r.spec.arrival_s,
             tpot_s=(t - first) / (out - 1) if out > 1 else None, e2e_s=t - r.spec.arrival_s,
             queue_time_s=r.queue_time_s, num_retractions=r.num_retractions, aborted=aborted)

@@ -14,7 +14,8 @@ from simcore.request import RequestSpec
 
 _REQ_FIELDS = ("o0", "g0", "in_r", "ver", "state", "prefix_len", "held", "extend_end", "fill_target",
                "cached_tokens", "admitted_once", "stain", "num_retractions", "ingest_s", "wait_entry_s",
-               "queue_time_s", "first_token_s", "last_emit_s", "last_bid", "dropped_bid", "res_group", "in_dec")
+               "queue_time_s", "first_token_s", "last_emit_s", "last_bid", "dropped_bid", "res_group", "in_dec",
+               "abort_error", "out_key_base", "out_key_len")
 
 
 class Req:
@@ -63,10 +64,44 @@ class Req:
         self.dropped_bid = 0
         self.res_group = -1   # ReservationSum group while in the running batch, else -1
         self.in_dec = False
+        self.abort_error: str | None = None  # set when SGLang refuses the prompt at ingest (abort_for_length)
+        self.out_key_base: int | None = None  # key elements of its own outputs, once retracted (key_outputs)
+        self.out_key_len = 0
 
     @classmethod
     def from_spec(cls, spec: RequestSpec, max_req_len: int, clk: list[int]) -> "Req":
         return cls(spec, max_req_len, clk)
+
+    def abort_for_length(self, max_input_len: int) -> None:
+        """A prompt at or above ``max_req_input_len`` (= max_req_len − 5, 0.5.23 tp_worker.py line 572): the
+        scheduler's ``validate_input_length`` (managers/utils.py lines 259-289) refuses it and
+        ``set_finish_with_abort`` (schedule_batch.py lines 2221-2238) shrinks the prompt to the single token 0 so
+        the request passes the queue as a 1-token prefill, reserving no new tokens (``init_req_max_new_tokens``
+        already clipped max_new_tokens to 0, scheduler.py lines 2693-2716), and finishes aborted when that
+        prefill's result is processed (``update_finish_state``, schedule_batch.py line 2011)."""
+        self.abort_error = (f"Input length ({self.input_len} tokens) exceeds the maximum allowed length "
+                            f"({max_input_len} tokens). Use a shorter input or enable --allow-auto-truncate.")
+        self._shrink_aborted()
+
+    def key_outputs(self, base: int) -> None:
+        """At a retraction: extend the key over the outputs generated so far, as elements unique to this request
+        (``base``, ``base − 1``, … — negative, so never a prompt token). SGLang's fill is prompt + output ids, so
+        the checkpoint after the re-prefill puts those generated tokens in the tree (checkpoint_kv_cache,
+        0.5.23 mem_cache/common.py lines 271-280) and a second retraction matches them again; no other request
+        can match them. Token keys only (a block-hash key has no per-token elements)."""
+        if self.spec.key is None or self.key_unit != 1 or self.abort_error is not None:
+            return
+        if self.out_key_base is None:
+            self.out_key_base = base
+        self.out_key_len = self.out_len
+        self.key = self.spec.key[: self.input_len] + output_key(self.out_key_base, self.out_key_len)
+
+    def _shrink_aborted(self) -> None:
+        self.input_len = 1
+        self.key = (0,) if self.key is not None and self.key_unit == 1 else None
+        self.max_new = 0
+        self.output_len = 1
+        self.eos = False
 
     @property
     def out_len(self) -> int:
@@ -83,6 +118,11 @@ class Req:
         if self.last_bid == b.bid:
             return True
         return b.g_after is not None and self.g0 < b.g_after
+
+
+def output_key(base: int, n: int) -> tuple[int, ...]:
+    """``n`` key elements standing for a request's own generated tokens (see :meth:`Req.key_outputs`)."""
+    return tuple(range(base, base - n, -1))
 
 
 _EMPTY: Any = ()
@@ -139,7 +179,12 @@ def req_from_state(d: dict[str, Any], clk: list[int], kv: KVCache) -> Req:
     r = Req(RequestSpec(**sd), 2, clk)
     r.max_new, r.output_len, r.eos = d["max_new"], d["output_len"], d["eos"]
     for f in _REQ_FIELDS:
-        setattr(r, f, d[f])
+        setattr(r, f, d.get(f) if f == "abort_error" else d[f])  # snapshots before abort_error have none
+    if r.out_key_base is not None and r.spec.key is not None:
+        r.key = r.spec.key[: r.input_len] + output_key(r.out_key_base, r.out_key_len)
+    if r.abort_error is not None:
+        r._shrink_aborted()
+        r.max_new, r.output_len, r.eos = d["max_new"], d["output_len"], d["eos"]
     r.node = kv.node_by_id(d["node"]) if d["node"] is not None else None
     r.last_node = kv.root
     return r

@@ -80,7 +80,9 @@ class ServerSettings(BaseModel):
     stream_interval: int = Field(1, ge=1)
     # Environment knobs of the scheduler (SGLANG_* variables), with SGLang's defaults.
     init_new_token_ratio: float = Field(0.7, gt=0, le=1)
-    min_new_token_ratio_factor: float = Field(0.14, gt=0, le=1)
+    # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR may exceed 1: the floor is then clamped to 1.0 and the "decay" turns into a
+    # growth (0.5.23 new_token_ratio_tracker.py::NewTokenRatioTracker.from_config, lines 21-32)
+    min_new_token_ratio_factor: float = Field(0.14, gt=0)
     new_token_ratio_decay_steps: int = Field(600, ge=1)
     clip_max_new_tokens_estimation: int = Field(4096, ge=1)
     retract_decode_steps: int = Field(20, ge=1)

@@ -199,3 +199,26 @@ def test_models_random_per_call_get_no_runs_and_keep_their_draw_order() -> None:
         assert srv.run_steps == 0
         results.append(srv.records)
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+@pytest.mark.parametrize("spacing", [0.0, DEFAULT_MAX_REL_SPACING])
+def test_numpy_blocks_give_the_same_floats_as_the_python_loop(monkeypatch, overlap: bool, spacing: float) -> None:
+    """plan_run/decode_gaps: long blocks go through numpy; the floats must equal the plain loop's, bit for bit."""
+    import simcore.decode_run as dr
+
+    def plan(bound: float) -> tuple:  # type: ignore[type-arg]
+        times = DecodeStepTimes(TABLE, spacing)
+        starts, ends, cpu = dr.plan_run(times, 200, 200, 200 * 3000 + 17, 700, 5.0, 5.004, bound, overlap)
+        gaps = dr.decode_gaps(ends, cpu, overlap, 4.9, 4.95, 0.001)
+        return starts, ends, cpu, gaps
+
+    for bound in (float("inf"), 7.3, 5.05):
+        vectorized = plan(bound)
+        monkeypatch.setattr(dr, "NUMPY_FROM", 10**9)
+        plain = plan(bound)
+        monkeypatch.undo()
+        assert vectorized == plain
+        nxt = plain[0] if overlap else plain[1]  # when each iteration after a step starts
+        assert all(x < bound for x in nxt[:-1])  # every iteration of the run starts before the bound
+        assert len(nxt) == 700 or nxt[-1] >= bound  # and it stops at the first that would not

@@ -31,10 +31,28 @@ def test_default_mem_fraction_other_regimes() -> None:
     l4 = 22 * GiB
     reserved = 512 + 16384 * 1.5 + 1024 / 8 + 8 * 2
     assert default_mem_fraction_static(l4, "0.5", 1, -1, 8) == round((22 * 1024 - reserved) / (22 * 1024), 3)
-    # MLA adds 1.5 GiB in 0.5.23
+    # 0.5.23 arg_groups/memory_hook.py::reserve_for_graph_mb (lines 386-390): an MLA model's prefill graphs reserve
+    # 1.5 GiB *instead of* 8 MiB per bucket: 1536 − 58·8 = 1072 MiB more than a dense model, not 1536
     a = default_mem_fraction_static(H100_BYTES, "0.5.23", 8, 8192, 256)
     b = default_mem_fraction_static(H100_BYTES, "0.5.23", 8, 8192, 256, is_mla=True)
-    assert round(a - b, 3) == round(1536 / 81559, 3)
+    reserved_dense = 512 + 8192 * 1.5 + 1024 + 256 * 2 + 58 * 8
+    assert a == round((81559 - reserved_dense) / 81559, 3)
+    assert b == round((81559 - (reserved_dense - 58 * 8 + 1536)) / 81559, 3)
+
+
+def test_disable_cuda_graph_drops_the_graph_reserve_0_5_23() -> None:
+    # 0.5.23 memory_hook.py::reserve_for_graph_mb (lines 360-397): the decode (2 MiB × max_bs) and prefill graph
+    # terms apply only when their graph backend is enabled; --disable-cuda-graph disables both. L4-sized GPU so the
+    # 10 GiB floor does not hide the difference.
+    l4 = 22 * GiB
+    on = default_mem_fraction_static(l4, "0.5.23", 1, 2048, 8)
+    off = default_mem_fraction_static(l4, "0.5.23", 1, 2048, 8, disable_cuda_graph=True)
+    base = 512 + 2048 * 1.5 + 1024 / 8
+    assert on == round((22 * 1024 - base - 8 * 2 - 58 * 8) / (22 * 1024), 3)
+    assert off == round((22 * 1024 - base) / (22 * 1024), 3)
+    # the 0.5.9 family keeps its decode-graph term whatever the flag (0.5.9 server_args.py line 1029, unconditional)
+    assert default_mem_fraction_static(l4, "0.5", 1, 2048, 8, disable_cuda_graph=True) == round(
+        (22 * 1024 - base - 8 * 2) / (22 * 1024), 3)
 
 
 @pytest.mark.parametrize("version,family", [("0.4.10", "0.4"), ("0.5.1.post1", "0.4"), ("0.5.2", "0.4"),

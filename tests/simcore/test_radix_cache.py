@@ -254,3 +254,22 @@ def _lcp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 def _trie_size(keys: list[tuple[int, ...]], page: int) -> int:
     """Distinct page-aligned prefixes × page = tokens a radix tree of these (page-aligned) keys holds."""
     return page * len({k[:i] for k in keys for i in range(page, len(k) + 1, page)})
+
+
+# SGLang 0.5.23 mem_cache/radix_cache.py::_match_prefix_helper (line 660) and ::_insert_helper (line 728) set
+# child.last_access_time = access_time *before* _split_node (line 677) cuts it, so both halves of a split
+# node carry the new access time. The tail therefore outlives an older unrelated leaf under eviction.
+# (The oracle's real_checks against SGLang's RadixCache: after evicting 4 tokens the first prompt still matches 8.)
+@pytest.mark.parametrize("via_insert", [False, True])
+def test_split_refreshes_the_unmatched_tail(via_insert: bool) -> None:
+    c = RadixCache()
+    c.insert((1, 2, 3, 4, 5, 6, 7, 8), 8, now=0.0)
+    c.insert((20, 21, 22, 23), 4, now=1.0)
+    if via_insert:
+        c.insert((1, 2, 3, 4, 30, 31), 6, now=2.0)   # splits [1..8] at 4, adds [30, 31]
+    else:
+        c.match_prefix((1, 2, 3, 4, 99), 5, now=2.0)  # splits [1..8] at 4
+    assert c.evict(4) == 4  # the least recently used leaf is [20..23], not the tail [5..8] stamped at t=2
+    assert c.match_prefix((1, 2, 3, 4, 5, 6, 7, 8), 8, now=3.0).prefix_len == 8
+    assert c.match_prefix((20, 21, 22, 23), 4, now=3.0).prefix_len == 0
+    c.check_invariants()

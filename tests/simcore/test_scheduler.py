@@ -14,6 +14,7 @@ import pytest
 
 from simcore.scheduler import (AddResult, NewTokenRatio, PrefillAdder, active_policy, order_waiting,
                                retraction_order)
+from simcore.radix_cache import RadixCache
 from simcore.settings import ServerSettings
 
 
@@ -52,6 +53,21 @@ def test_new_token_ratio_start_decay_floor_reset() -> None:
     assert r.current == pytest.approx(0.098)  # floor after 600 steps
     r.reset()
     assert r.current == pytest.approx(0.7)
+
+
+def test_min_new_token_ratio_factor_above_one_clamps_and_grows() -> None:
+    # 0.5.23 new_token_ratio_tracker.py::NewTokenRatioTracker.from_config (lines 21-32): min = min(init × factor,
+    # 1.0), decay = (init − min) / steps — negative when min > init — and decay_step = max(current − decay, min)
+    # (line 35): the ratio jumps to the floor and then creeps up until the next idle reset.
+    r = NewTokenRatio(ServerSettings(min_new_token_ratio_factor=2.0))
+    assert r.min == pytest.approx(1.0)              # 0.7 × 2 clamped to 1.0
+    assert r.decay == pytest.approx((0.7 - 1.0) / 600)
+    r.decay_step()
+    assert r.current == pytest.approx(1.0)
+    r.decay_step()
+    assert r.current == pytest.approx(1.0 + 0.3 / 600)
+    r = NewTokenRatio(ServerSettings(min_new_token_ratio_factor=1.2))
+    assert r.min == pytest.approx(0.84)             # below 1: not clamped
 
 
 def test_new_token_ratio_conservativeness_scales_start() -> None:
@@ -132,16 +148,66 @@ def test_random_policy_uses_injected_seed() -> None:
     assert sorted(order(1)) == sorted(f"r{i}" for i in range(10))
 
 
+def _tree_match(tree: RadixCache):
+    """The scheduling pass's match against a real tree (whole fill, no len − 1 cap)."""
+    def match(r: FakeReq) -> None:
+        m = tree.match_prefix(r.key, r.fill_len, now=5.0)
+        r.prefix_len, r.last_node = m.prefix_len, m.node
+    return match
+
+
 def test_dfs_weight_groups_by_heaviest_subtree() -> None:
     # matched prefixes: two requests under block 1, three under block 2 → block-2 group first
-    w = [FakeReq("x1", 2000, key=(1, 10), key_unit=512, prefix_len=512),
-         FakeReq("y1", 2000, key=(2, 20), key_unit=512, prefix_len=512),
-         FakeReq("none", 2000, key=(9,), key_unit=512, prefix_len=0),
-         FakeReq("x2", 2000, key=(1, 11), key_unit=512, prefix_len=512),
-         FakeReq("y2", 2000, key=(2, 21), key_unit=512, prefix_len=512),
-         FakeReq("y3", 2000, key=(2, 22), key_unit=512, prefix_len=512)]
-    order_waiting(w, ServerSettings(schedule_policy="dfs-weight"), np.random.default_rng(0), lambda r: None)
+    tree = RadixCache(key_unit=512)
+    tree.insert((1,), 512, now=0.0)
+    tree.insert((2,), 512, now=1.0)
+    w = [FakeReq("x1", 2000, key=(1, 10), key_unit=512), FakeReq("y1", 2000, key=(2, 20), key_unit=512),
+         FakeReq("none", 2000, key=(9,), key_unit=512), FakeReq("x2", 2000, key=(1, 11), key_unit=512),
+         FakeReq("y2", 2000, key=(2, 21), key_unit=512), FakeReq("y3", 2000, key=(2, 22), key_unit=512)]
+    order_waiting(w, ServerSettings(schedule_policy="dfs-weight"), np.random.default_rng(0), _tree_match(tree))
     assert [r.rid for r in w] == ["y1", "y2", "y3", "x1", "x2", "none"]
+
+
+def test_dfs_weight_ties_follow_the_trees_child_order() -> None:
+    # SGLang 0.5.23 mem_cache/base_prefix_cache.py::_dfs_weight_order (lines 347-387) walks the real tree:
+    # children are sorted stably by -weight, so equal weights keep node.children's (insertion) order, not the
+    # queue's. Tree: [1]*8 inserted before [2]*8; queue has the request on [2]*8 first → [1]*8's request goes first.
+    tree = RadixCache()
+    tree.insert((1,) * 8, 8, now=0.0)
+    tree.insert((2,) * 8, 8, now=1.0)
+    w = [FakeReq("onY", 9, key=(2,) * 8 + (5,)), FakeReq("onX", 9, key=(1,) * 8 + (5,))]
+    order_waiting(w, ServerSettings(schedule_policy="dfs-weight"), np.random.default_rng(0), _tree_match(tree))
+    assert [r.rid for r in w] == ["onX", "onY"]
+    # a heavier subtree still goes first whatever the child order
+    w = [FakeReq("x1", 9, key=(1,) * 8 + (5,)), FakeReq("y1", 9, key=(2,) * 8 + (5,)),
+         FakeReq("y2", 9, key=(2,) * 8 + (6,)), FakeReq("none", 5, key=(9,) * 5)]
+    order_waiting(w, ServerSettings(schedule_policy="dfs-weight"), np.random.default_rng(0), _tree_match(tree))
+    assert [r.rid for r in w] == ["y1", "y2", "x1", "none"]
+
+
+def test_lpm_sort_key_is_the_uncapped_hit_capped_at_len_minus_one() -> None:
+    # 0.5.23 schedule_policy.py::_sort_by_longest_prefix (line 441) sorts by num_matched_prefix_tokens, which
+    # mem_cache/common.py::match_kv_cache (line 261) sets to min(device_prefix_len, len − 1) of a match without
+    # max_prefix_len. Page 16: A (64 tokens, fully cached) → min(64, 63) = 63; B (128 tokens, 48 cached) → 48.
+    tree = RadixCache(page_size=16)
+    a = tuple(range(64))
+    b = tuple(range(1000, 1048)) + (9,) * 80
+    tree.insert(a, 64, now=0.0)
+    tree.insert(b, 48, now=1.0)
+    w = [FakeReq("B", len(b), key=b), FakeReq("A", len(a), key=a)]
+    order_waiting(w, ServerSettings(schedule_policy="lpm", page_size=16), np.random.default_rng(0),
+                  _tree_match(tree))
+    assert [r.rid for r in w] == ["A", "B"]
+    assert [r.prefix_len for r in w] == [64, 48]  # the pass keeps the whole page-aligned hit
+
+
+def test_lpm_deprioritises_a_second_identical_32_token_prompt() -> None:
+    # 0.5.23 schedule_policy.py::_compute_prefix_matches (lines 346-396): the waiting-queue tree is matched with the
+    # whole prompt (no len − 1 cap), so an identical 32-token prompt matches 32 ≥ the threshold 32 → deprioritised.
+    p32 = tuple(range(500, 532))
+    w = [FakeReq("x", 32, key=p32), FakeReq("y", 32, key=p32), FakeReq("z", 10, key=(7,) * 10)]
+    order_waiting(w, ServerSettings(schedule_policy="lpm"), np.random.default_rng(0), _tree_match(RadixCache()))
+    assert [r.rid for r in w] == ["x", "z", "y"]
 
 
 # ---- retraction -------------------------------------------------------------------------------------------
@@ -268,3 +334,70 @@ def test_last_chunk_of_a_continuation_reserves_the_whole_max_new() -> None:
     assert a.add_chunked_req(FakeReq("re", 1000, max_new=400, out=300), remaining=100) is None
     assert a.total_offset == pytest.approx(100 + 400)
     assert a.current_offset == pytest.approx(100)
+
+
+# ---- 0.5.23 PrefillAdder rules checked against SGLang's own classes (oracle/, docs/fidelity.md) -------------
+def test_retracted_request_reserves_max_new_without_subtracting_outputs_0_5_23() -> None:
+    # 0.5.23 schedule_policy.py::add_one_req tests total_tokens with max(max_new − outputs, 0) (lines 1407-1411)
+    # but _select_prefill_admission reserves min(max_new_tokens, CLIP) (line 1636, committed at 1685-1703).
+    # A retracted request: 100 prompt + 400 outputs re-prefilled (extend 500), max_new 1000.
+    s = ServerSettings(sglang_version="0.5.23", chunked_prefill_size=8192)
+    a = _adder(s, Pool(free=1200))
+    assert a.add_one_req(FakeReq("ret", 100, max_new=1000, out=400)) == AddResult.NO_TOKEN  # budget spent ...
+    assert [r.rid for r in a.can_run] == ["ret"]                                          # ... but admitted
+    assert a.total_offset == pytest.approx(500 + 1 + 1000)   # extend + page + the whole max_new
+    assert a.current_offset == pytest.approx(500 + 1)
+    a = _adder(s, Pool(free=1101))  # the admission test itself: 500 + 600 + 1 = 1101 is not < 1101
+    assert a.add_one_req(FakeReq("ret", 100, max_new=1000, out=400)) == AddResult.NO_TOKEN and not a.can_run
+    # 0.5.9 schedule_policy.py::add_one_req (lines 734-798): the same split, without the per-request page
+    a = _adder(ServerSettings(sglang_version="0.5.9", chunked_prefill_size=8192), Pool(free=1200))
+    a.add_one_req(FakeReq("ret", 100, max_new=1000, out=400))
+    assert a.total_offset == pytest.approx(500 + 1000)
+
+
+def test_chunked_continuation_cut_by_memory_is_not_page_aligned_0_5_23() -> None:
+    # 0.5.23 schedule_policy.py::add_chunked_req (lines 1140-1222): the chunk is min(rem_chunk, remaining_total)
+    # (PrefillBudget.available_chunk_tokens, prefill_budget.py line 142) with no page floor. Page 16, 512-token
+    # chunks, 1,000 free with a running reservation of 700 → 300 tokens, not 288.
+    req = FakeReq("c", 2000, max_new=300)
+    s = ServerSettings(sglang_version="0.5.23", page_size=16, chunked_prefill_size=512)
+    a = _adder(s, Pool(free=1000), reservation=700.0)
+    assert a.add_chunked_req(req, remaining=1500) is req
+    assert a.extend[id(req)] == 300
+    a = _adder(s, Pool(free=100000))  # cut by the chunk budget: 512 (a page multiple anyway)
+    assert a.add_chunked_req(req, remaining=1500) is req and a.extend[id(req)] == 512
+    # 0.5.9 schedule_policy.py::add_chunked_req (lines 591-616) cuts the same way; 0.4 keeps a page floor
+    s9 = ServerSettings(sglang_version="0.5.9", page_size=16, chunked_prefill_size=512)
+    a = _adder(s9, Pool(free=1000), reservation=700.0)
+    a.add_chunked_req(req, remaining=1500)
+    assert a.extend[id(req)] == 300
+    s4 = ServerSettings(sglang_version="0.4.10", page_size=16, chunked_prefill_size=512)
+    a = _adder(s4, Pool(free=1000), reservation=700.0)
+    a.add_chunked_req(req, remaining=1500)
+    assert a.extend[id(req)] == 288
+
+
+def test_ignore_eos_without_radix_cache_simulates_completions_0_5_23() -> None:
+    # 0.5.23 schedule_policy.py::add_one_req (line 1401) hands ignore_eos requests to add_one_req_ignore_eos
+    # (lines 1241-1383) when the tree is disabled. Pool 1000 with a running ignore_eos request (100 prompt,
+    # 5 of 100 outputs, 105 slots held → 895 free, 95 reserved). Candidate: 400 prompt, max_new 500.
+    # Full reservation: 400 + 500 + 1 = 901 >= 895 − 95 → NO_TOKEN. Simulated completions: states sorted by
+    # tokens left [(95, 105), (500, 400)], cur_rem 895 − 401 = 494: 494 − 2·95 = 304 > 2, 494 + 105 − 500 = 99 > 1
+    # → admitted (SGLang's own classes give the same, oracle real_checks).
+    running = [FakeReq("R", 100, max_new=100, out=5, ignore_eos=True)]
+    cand = FakeReq("N", 400, max_new=500, ignore_eos=True)
+    s = ServerSettings(sglang_version="0.5.23", chunked_prefill_size=8192, disable_radix_cache=True)
+    pool = Pool(free=895)
+    a = PrefillAdder(s, pool.available, pool.lock, pool.unlock, 95.0, 0.7, running=lambda: running)
+    assert a.add_one_req(cand) == AddResult.NO_TOKEN  # admitted; the reservation then exhausts the budget
+    assert a.can_run == [cand] and a.extend[id(cand)] == 400
+    assert a.total_offset == pytest.approx(95 + 400 + 1 + 500)
+    # with the radix cache on, the same request goes through the full reservation and does not fit
+    s_on = ServerSettings(sglang_version="0.5.23", chunked_prefill_size=8192)
+    a = PrefillAdder(s_on, pool.available, pool.lock, pool.unlock, 95.0, 0.7, running=lambda: running)
+    assert a.add_one_req(cand) == AddResult.NO_TOKEN and not a.can_run
+    # the simulated completions refuse once the last request's remaining tokens do not fit with one to spare:
+    # max_new 600 → 494 + 105 − 600 = −1 <= 1 → NO_TOKEN
+    big = FakeReq("M", 400, max_new=600, ignore_eos=True)
+    a = PrefillAdder(s, pool.available, pool.lock, pool.unlock, 95.0, 0.7, running=lambda: running)
+    assert a.add_one_req(big) == AddResult.NO_TOKEN and not a.can_run

@@ -328,3 +328,49 @@ def test_running_requests_reserve_only_their_remaining_outputs_in_every_version(
               min_new_token_ratio_factor=1.0).records
     assert rec["b"].queue_time_s < 0.02
     assert rec["b"].first_token_s < 3.1 and rec["a"].finish_s > 5.0
+
+
+def test_prompt_at_the_maximum_input_length_is_aborted_as_a_one_token_prefill() -> None:
+    # 0.5.23: max_req_input_len = min(context − 1, pool − 1) − 5 (managers/tp_worker.py lines 568-572);
+    # Scheduler.handle_generate_request → validate_input_length (managers/utils.py lines 259-289) refuses a prompt
+    # of at least that length, and set_finish_with_abort (schedule_batch.py lines 2221-2238) turns it into the
+    # one-token prompt [0]: it takes one prefill row, reserves nothing, finishes aborted with its first token.
+    # (oracle scenario long-prompt-abort: 696 steps equal to SGLang's.) Context 1,000 → max input 994.
+    r = run([req("long", 0.0, 994, 50, key=range(994)), req("ok", 0.0, 993, 1, key=range(10_000, 10_993))],
+            context_length=1000, sglang_version="0.5.23", chunked_prefill_size=8192)
+    first = r.steps[0].shape
+    assert first.extend_lens == (1, 993)          # the refused prompt passes as one token
+    rec = r.records["long"]
+    assert rec.aborted and rec.input_len == 994 and rec.output_len == 1 and rec.cached_tokens == 0
+    assert not r.records["ok"].aborted
+    assert rec.finish_s == pytest.approx(r.steps[0].end_s)
+    assert r.server.reqs == {} and r.server.kv.used == 0
+
+
+def test_retracted_requests_outputs_become_matchable_by_itself_only() -> None:
+    # SGLang's fill after a retraction is origin_input_ids + output_ids (real tokens): the checkpoint after its
+    # re-prefill (0.5.23 mem_cache/common.py::checkpoint_kv_cache, lines 271-280) puts the generated tokens in the
+    # tree, so a second retraction re-matches prompt + those outputs (oracle scenario priority-preemption: step 479
+    # re-admits q0022 with prefix 1,040 = prompt + 54 outputs, not 986).
+    from simcore.kv_cache import KVCache
+    from simcore.request import RequestSpec
+    from simcore.server_state import Req
+
+    clk = [0]
+    a = Req(RequestSpec("a", 0.0, 8, 50, 50, key=tuple(range(8))), 10_000, clk)
+    b = Req(RequestSpec("b", 0.0, 8, 50, 50, key=tuple(range(8))), 10_000, clk)  # same prompt
+    a.o0, b.o0 = 5, 5
+    a.key_outputs(-(1 << 32))
+    b.key_outputs(-(2 << 32))
+    assert a.key[:8] == tuple(range(8)) and len(a.key) == 13 and all(x < 0 for x in a.key[8:])
+    assert set(a.key[8:]).isdisjoint(b.key[8:])
+    kv = KVCache(1000)
+    node = kv.match(a.key, a.fill_len, 0.0).node
+    kv.lock(node)
+    assert kv.alloc(13)
+    node = kv.cache_unfinished(a.key, 13, node, 1.0)  # a's re-prefill checkpoint: prompt + its 5 outputs
+    assert kv.match(a.key, 100, 2.0).prefix_len == 13
+    assert kv.match(b.key, 100, 2.0).prefix_len == 8  # b shares the prompt, not a's outputs
+    a.o0 = 9
+    a.key_outputs(-(7 << 32))  # a second retraction keeps the same elements and extends them
+    assert len(a.key) == 17 and kv.match(a.key, 100, 3.0).prefix_len == 13  # the first 5 outputs still match
