@@ -37,9 +37,22 @@ def test_the_api_and_the_cli_give_the_same_prediction(capsys: pytest.CaptureFixt
     api = p.to_dict()
     for d in (cli, api):
         d.pop("wall_time_s")
-    assert api == cli
+    # the CLI loads its latency tables from the on-disk cache (shadowsim.cli.table_cache_dir), the API builds
+    # them: the same numbers to float rounding
+    assert api.keys() == cli.keys()
+    assert _close(api, cli)
     again = Prediction.from_dict(cli)
     assert again.ttft_ms == p.ttft_ms and again.memory == p.memory and again.records == []
+
+
+def _close(a: object, b: object) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-6)
+    return a == b
 
 
 def test_sweep_result_methods_match_brute_force() -> None:
