@@ -3,7 +3,12 @@
 Between two events that change the batch (an admissible arrival, a finish, a retraction, a chunk boundary, a
 CUDA-graph size change) the scheduler builds the same decode batch every iteration: the same ``n`` rows, Σkv one
 row per request larger each step, no allocation beyond the free pool. :class:`simcore.server.Server` recognises
-such a stretch and jumps to its end (docs/architecture.md, "Decode runs"); this module prices its steps:
+such a stretch and jumps to its end (docs/architecture.md, "Decode runs"). Here:
+
+- :class:`DecodeRuns`: the server mixin that recognises a run and leaves the state exactly as the step-by-step
+  loop would after the same iterations;
+- :func:`plan_run` / :func:`decode_gaps`: the loop's float recurrences for the run's launch, GPU-end and emit
+  times and ITL gaps (numpy for long stretches: sequential accumulations, the same floats);
 
 - :class:`DecodeStepTimes`: the step times of the run, ``step_time(BatchShape(num_decode=n,
   decode_sum_kv=S0 + j·n, cuda_graph_bs=pad))`` for ``j = 0 … steps−1``, through the model's own
@@ -23,9 +28,11 @@ their simulated time, and knots are shared between runs.
 """
 from __future__ import annotations
 
+import heapq
 import numpy as np
 
 from simcore.perf.base import BatchShape, LatencyModel
+from simcore.server_state import Batch
 
 # Default knot spacing of the interpolated step times: at most this fraction of Σkv (docs/architecture.md).
 DEFAULT_MAX_REL_SPACING = 1.0 / 128
@@ -238,3 +245,119 @@ def decode_gaps(ends: list[float], cpu: list[float], overlap: bool, floor: float
         gaps.append(c - last)
         last = c
     return gaps, floor, last
+
+
+class DecodeRuns:
+    """``_decode_run(t)``: a mixin of :class:`simcore.server.Server` (it uses the server's queues, KV cache, clock
+    and counters), kept apart so the scheduling loop reads on its own. Called at the start of an iteration, after
+    ingest; True when it did one or more iterations (``self.t`` is then the iteration after them)."""
+
+    MIN_DECODE_RUN = 3    # iterations below which the plain loop is as cheap
+    MAX_DECODE_RUN = 4096  # iterations priced per run at most (a longer stretch is several runs)
+
+    def _decode_run(self, t: float) -> bool:
+        """Do the iterations from ``t`` on at once while each would build the same plain decode batch; False
+        (nothing done) when fewer than ``MIN_DECODE_RUN`` qualify.
+
+        An iteration qualifies when nothing can change the batch: no chunked request, zombie or fresh joiner,
+        the prefill pass is skipped (``batch_is_full`` latched or nobody waits), no finisher before the run's last
+        launch (the finish heap's top), every step's KV fits the free pool without eviction or retraction, the batch
+        applied in the run carries no finish or first token, and the next iteration starts before the next
+        arrival or SimPy event (so neither ingest nor a yield is skipped). The state afterwards is exactly
+        the step-by-step loop's after the same iterations."""
+        R = self.R
+        latched = self.batch_is_full and not self.preempt  # the prefill pass is skipped, arrivals or not
+        if (self.chunked is not None or self.zombies or self.joined or self.F or not R
+                or (self.waiting and not latched)):
+            return False
+        prev = self.inflight
+        if self.overlap:
+            if prev is None or prev.finishers or prev.prefill_done or prev.gpu_end != self.gpu_free:
+                return False
+        elif prev is not None:
+            return False
+        rows = len(R)
+        g0 = self.clk[0]
+        heap = self.fin_heap
+        limit = min(self.MAX_DECODE_RUN, self.kv.free // rows)
+        if heap:  # the run may end with the launch that computes the next finisher's last token
+            limit = min(limit, heap[0][0] - g0)
+        if limit < self.MIN_DECODE_RUN:
+            return False
+        pend = self.pending
+        bound = self.env.peek()
+        if pend and pend[0][0] < bound and not latched:  # an arrival would be admitted: it ends the run
+            bound = pend[0][0]
+        if bound <= t or t < self.env.now or (self.overlap and self.gpu_free >= bound):
+            return False  # (overlap: the second iteration starts at the first launch, not before gpu_free)
+        graph_bs = self._pad(rows)
+        sum_kv0 = self.sum_kv
+        overlap = self.overlap
+        starts, ends, cpu = plan_run(self.run_times, rows, graph_bs, sum_kv0, limit, t, self.gpu_free, bound,
+                                     overlap)
+        n = len(ends)
+        if n < self.MIN_DECODE_RUN:
+            return False
+        if latched and pend:  # arrivals in the run join the queue at the iteration that ingests them
+            last_start = starts[n - 2]
+            waiting = self.waiting
+            while pend and pend[0][0] <= last_start:
+                req = heapq.heappop(pend)[2]
+                req.wait_entry_s = req.ingest_s
+                waiting.append(req)
+        # -- results applied inside the run: the batch in flight before it (overlap), then the run's own
+        if overlap:
+            prev.emit_s = self.gpu_free + cpu[0]
+            self._apply(prev, starts[0])
+        gaps, floor, last = decode_gaps(ends, cpu, overlap, self.emit_floor, self.last_decode_apply,
+                                        self.detokenize_s)
+        self.emit_floor = floor
+        self.last_decode_apply = last
+        self.last_decode_apply_g = g0 + len(gaps)
+        self.itl_vals.extend(gaps)
+        self.itl_w.extend([rows] * len(gaps))
+        # -- the launches: n decode steps of `rows` rows
+        ratio = self.ratio
+        current, decay, floor_ratio = ratio.current, ratio.decay, ratio.min
+        for _ in range(n):  # NewTokenRatio.decay_step, n times (the identity once at the floor)
+            if current == floor_ratio:
+                break
+            current -= decay
+            if current < floor_ratio:
+                current = floor_ratio
+        ratio.current = current
+        self.res.advance(g0, n, self.reqs)
+        self.clk[0] = g0 + n
+        self.sum_kv = sum_kv0 + n * rows
+        kv = self.kv
+        kv.free -= n * rows
+        kv.private += n * rows
+        self.steps += n
+        self.run_steps += n
+        bid0 = self.bid
+        self.bid = bid0 + n
+        used = kv.used
+        if used > self.kv_peak_used:
+            self.kv_peak_used = used
+        last_b = self._run_batch(bid0 + n, rows, sum_kv0 + (n - 1) * rows, graph_bs, g0 + n, ends[n - 1])
+        self.gpu_free = last_b.gpu_end
+        self._pop_finishers(last_b)  # as _launch_decode_rows after its launch (the run's last one)
+        if overlap:
+            due = self._run_batch(bid0 + n - 1, rows, sum_kv0 + (n - 2) * rows, graph_bs, g0 + n - 1, ends[n - 2])
+            due.emit_s = ends[n - 2] + cpu[n - 1]
+            self.inflight, self.due = last_b, due
+            self.t = starts[n - 1]
+        else:
+            last_b.emit_s = last_b.gpu_end
+            self.due = last_b
+            self.t = last_b.gpu_end
+        return True
+
+    @staticmethod
+    def _run_batch(bid: int, rows: int, sum_kv: int, graph_bs: int | None, g_after: int, gpu_end: float) -> Batch:
+        b = Batch(bid, "decode")
+        b.shape = BatchShape((), (), rows, sum_kv, (), graph_bs)
+        b.n_emit = rows
+        b.g_after = g_after
+        b.gpu_end = gpu_end
+        return b

@@ -85,6 +85,11 @@ def simulate(settings: ServerSettings, latency: LatencyModel, workload: Workload
     With ``fast`` and no ``until``, open-loop workloads (``planned_arrivals``) are handed to the server up front.
     """
     env = simpy.Environment()
+    # the latency model's fixed front-end latency per request (HTTP, template, tokenizer; CalibrationProfile)
+    # reaches the scheduler as tokenization delay, on top of any explicit ``tokenize_s``
+    frontend_s = float(getattr(latency, "frontend_s", 0.0))
+    if frontend_s > 0:
+        server_kw["tokenize_s"] = server_kw.get("tokenize_s", 0.0) + frontend_s
     server = Server(env, settings, kv_capacity_tokens, latency, key_unit=key_unit,
                     rng=np.random.default_rng(seed), observer=observer, fast=fast, **server_kw)
     wl: Workload = workload if hasattr(workload, "start") else _Replay(list(workload))  # type: ignore[arg-type]

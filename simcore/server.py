@@ -35,7 +35,7 @@ import numpy as np
 import simpy
 
 from simcore import server_snapshot as _snap
-from simcore.decode_run import DEFAULT_MAX_REL_SPACING, DecodeStepTimes, decode_gaps, plan_run
+from simcore.decode_run import DEFAULT_MAX_REL_SPACING, DecodeRuns, DecodeStepTimes
 from simcore.kv_cache import KVCache
 from simcore.memory import max_running_requests as _derive_max_running
 from simcore.perf.base import BatchShape, LatencyModel, has_pure_step_time
@@ -52,7 +52,7 @@ WAITING_PREFIX_REFRESH_MAX_QUEUE = 128  # §2.4: waiting requests touched per re
 LATE = 2  # SimPy priority: URGENT=0, NORMAL=1; our wake-ups run after every same-time event
 
 
-class Server(ResultProcessor):
+class Server(ResultProcessor, DecodeRuns):
     """One SGLang server (one TP group). ``submit(req)`` returns an event that succeeds with the
     :class:`RequestRecord` when the request finishes; ``on_finish`` (optional) is called with it as well."""
 
@@ -291,117 +291,6 @@ class Server(ResultProcessor):
             if (not self.fast or self.t >= env.peek() or (due is not None and due.finishers)
                     or self.t < env.now):
                 yield self._late(self.t - env.now)
-
-    # ---- decode runs (simcore.decode_run) ------------------------------------------------------------
-    MIN_DECODE_RUN = 3    # iterations below which the plain loop is as cheap
-    MAX_DECODE_RUN = 4096  # iterations priced per run at most (a longer stretch is several runs)
-
-    def _decode_run(self, t: float) -> bool:
-        """Do the iterations from ``t`` on at once while each would build the same plain decode batch; False
-        (nothing done) when fewer than ``MIN_DECODE_RUN`` qualify.
-
-        An iteration qualifies when nothing can change the batch: no chunked request, zombie or fresh joiner,
-        the prefill pass is skipped (``batch_is_full`` latched or nobody waits), no finisher before the run's last
-        launch (the finish heap's top), every step's KV fits the free pool without eviction or retraction, the batch
-        applied in the run carries no finish or first token, and the next iteration starts before the next
-        arrival or SimPy event (so neither ingest nor a yield is skipped). The state afterwards is exactly
-        the step-by-step loop's after the same iterations."""
-        R = self.R
-        latched = self.batch_is_full and not self.preempt  # the prefill pass is skipped, arrivals or not
-        if (self.chunked is not None or self.zombies or self.joined or self.F or not R
-                or (self.waiting and not latched)):
-            return False
-        prev = self.inflight
-        if self.overlap:
-            if prev is None or prev.finishers or prev.prefill_done or prev.gpu_end != self.gpu_free:
-                return False
-        elif prev is not None:
-            return False
-        rows = len(R)
-        g0 = self.clk[0]
-        heap = self.fin_heap
-        limit = min(self.MAX_DECODE_RUN, self.kv.free // rows)
-        if heap:  # the run may end with the launch that computes the next finisher's last token
-            limit = min(limit, heap[0][0] - g0)
-        if limit < self.MIN_DECODE_RUN:
-            return False
-        pend = self.pending
-        bound = self.env.peek()
-        if pend and pend[0][0] < bound and not latched:  # an arrival would be admitted: it ends the run
-            bound = pend[0][0]
-        if bound <= t or t < self.env.now or (self.overlap and self.gpu_free >= bound):
-            return False  # (overlap: the second iteration starts at the first launch, not before gpu_free)
-        graph_bs = self._pad(rows)
-        sum_kv0 = self.sum_kv
-        overlap = self.overlap
-        starts, ends, cpu = plan_run(self.run_times, rows, graph_bs, sum_kv0, limit, t, self.gpu_free, bound,
-                                     overlap)
-        n = len(ends)
-        if n < self.MIN_DECODE_RUN:
-            return False
-        if latched and pend:  # arrivals in the run join the queue at the iteration that ingests them
-            last_start = starts[n - 2]
-            waiting = self.waiting
-            while pend and pend[0][0] <= last_start:
-                req = heapq.heappop(pend)[2]
-                req.wait_entry_s = req.ingest_s
-                waiting.append(req)
-        # -- results applied inside the run: the batch in flight before it (overlap), then the run's own
-        if overlap:
-            prev.emit_s = self.gpu_free + cpu[0]
-            self._apply(prev, starts[0])
-        gaps, floor, last = decode_gaps(ends, cpu, overlap, self.emit_floor, self.last_decode_apply,
-                                        self.detokenize_s)
-        self.emit_floor = floor
-        self.last_decode_apply = last
-        self.last_decode_apply_g = g0 + len(gaps)
-        self.itl_vals.extend(gaps)
-        self.itl_w.extend([rows] * len(gaps))
-        # -- the launches: n decode steps of `rows` rows
-        ratio = self.ratio
-        current, decay, floor_ratio = ratio.current, ratio.decay, ratio.min
-        for _ in range(n):  # NewTokenRatio.decay_step, n times (the identity once at the floor)
-            if current == floor_ratio:
-                break
-            current -= decay
-            if current < floor_ratio:
-                current = floor_ratio
-        ratio.current = current
-        self.res.advance(g0, n, self.reqs)
-        self.clk[0] = g0 + n
-        self.sum_kv = sum_kv0 + n * rows
-        kv = self.kv
-        kv.free -= n * rows
-        kv.private += n * rows
-        self.steps += n
-        self.run_steps += n
-        bid0 = self.bid
-        self.bid = bid0 + n
-        used = kv.used
-        if used > self.kv_peak_used:
-            self.kv_peak_used = used
-        last_b = self._run_batch(bid0 + n, rows, sum_kv0 + (n - 1) * rows, graph_bs, g0 + n, ends[n - 1])
-        self.gpu_free = last_b.gpu_end
-        self._pop_finishers(last_b)  # as _launch_decode_rows after its launch (the run's last one)
-        if overlap:
-            due = self._run_batch(bid0 + n - 1, rows, sum_kv0 + (n - 2) * rows, graph_bs, g0 + n - 1, ends[n - 2])
-            due.emit_s = ends[n - 2] + cpu[n - 1]
-            self.inflight, self.due = last_b, due
-            self.t = starts[n - 1]
-        else:
-            last_b.emit_s = last_b.gpu_end
-            self.due = last_b
-            self.t = last_b.gpu_end
-        return True
-
-    @staticmethod
-    def _run_batch(bid: int, rows: int, sum_kv: int, graph_bs: int | None, g_after: int, gpu_end: float) -> Batch:
-        b = Batch(bid, "decode")
-        b.shape = BatchShape((), (), rows, sum_kv, (), graph_bs)
-        b.n_emit = rows
-        b.g_after = g_after
-        b.gpu_end = gpu_end
-        return b
 
     # ---- scheduling (get_next_batch_to_run, §2.2) ---------------------------------------------------
     def _schedule(self, t: float) -> Batch | None:

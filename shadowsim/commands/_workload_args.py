@@ -303,7 +303,8 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         from simcore.perf.profile import CalibrationProfile
 
         profile = CalibrationProfile.load(args.profile)
-    latency = build_latency_model(model, gpu, args.tp, precision, backend=args.latency_backend, profile=profile)
+    latency = build_latency_model(model, gpu, args.tp, precision, backend=args.latency_backend, profile=profile,
+                                  kv_cache_dtype=settings.kv_cache_dtype)
     variability = variability_from_args(args)
     latency = with_variability(latency, variability, args.seed)
     ctx = settings.context_length or model.context_length

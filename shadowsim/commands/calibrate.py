@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-per-req-s", type=float, default=None, help="host time per request per iteration, s")
     parser.add_argument("--launch-s-per-layer", type=float, default=None,
                         help="eager-mode kernel-launch floor per layer, seconds (steps without CUDA graph)")
+    parser.add_argument("--frontend-s", type=float, default=None,
+                        help="fixed host latency per request outside the scheduler (HTTP, chat template, "
+                             "tokenizer, detokenizer hop), seconds; docs/accuracy.md §1.5")
     parser.add_argument("--out", metavar="PROFILE.json", default=None, help="write the profile here (default: stdout)")
     parser.add_argument("--json", action="store_true", help="print {report, profile, profile_path} as one JSON object on stdout")
 
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from simcore.perf.validation import validate
 
     if not args.from_tables and not args.from_e2e and args.cpu_base_s is None and args.cpu_per_req_s is None \
-            and args.launch_s_per_layer is None:
+            and args.launch_s_per_layer is None and args.frontend_s is None:
         raise UserError("--from-tables/--from-e2e", "nothing to fit",
                         "give --from-tables GPUS and/or --from-e2e FILE (see --help)")
     if args.holdout_every < 0:
@@ -83,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         report["roofline"] = eff
         sources.append("tables:" + "+".join(gpus))
     upd: dict[str, Any] = {}
-    for key in ("cpu_base_s", "cpu_per_req_s", "launch_s_per_layer"):
+    for key in ("cpu_base_s", "cpu_per_req_s", "launch_s_per_layer", "frontend_s"):
         v = getattr(args, key)
         if v is not None:
             if v < 0:

@@ -1,24 +1,32 @@
 """Compare shadowsim's predictions with a file of real benchmark measurements.
 
-Each row of MEASUREMENTS.csv describes one bench_serving run (columns: id, model, gpu, precision, tp, ep,
+Each row of MEASUREMENTS.csv describes one benchmark run (columns: id, model, gpu, precision, tp, ep,
 dp_attention, isl, osl, concurrency, request_rate, num_requests, sglang_version, measured_ttft_ms,
-measured_tpot_ms, measured_throughput_rps; blanks allowed; optional columns: max_total_tokens pins the KV pool
-to what the server reported, warmup_requests sets the total warm-up requests, length_dist chooses exact isl/osl
-lengths (fixed) or a spread with those means (exponential, sharegpt), unsupported gives a reason to skip).
-shadowsim simulates the same benchmark and prints, per row, predicted vs measured mean TTFT, mean TPOT and
-throughput, then MAPE, median and P90 absolute percentage error (percent).
+measured_tpot_ms, measured_throughput_rps; blanks allowed; optional columns: server_args = the real server's
+SGLang launch flags as typed, parsed with the same flag table as `shadowsim predict` (blank: SGLang's defaults,
+and the row says so); client = aiperf | bench_serving | poisson; random_range_ratio and seed for bench_serving;
+max_total_tokens pins the KV pool to what the server reported; warmup_requests sets the total warm-up requests;
+length_dist chooses exact isl/osl lengths (fixed) or a spread with those means (exponential, sharegpt);
+unsupported gives a reason to skip). shadowsim simulates the same server and benchmark and prints, per row,
+predicted vs measured mean TTFT (and its p10/p50/p90), TPOT, e2e and throughput, the lockstep index (how much
+the simulated clients move in waves; warned at >= 0.5), then MAPE, median and P90 absolute percentage error.
 
-Protocol (aiconfigurator's generated aiperf benchmark; docs/accuracy.md §3.1): with `concurrency` and no
-`request_rate`, a closed loop of `concurrency` clients sending back-to-back requests of isl/osl tokens (random
-content, ignore_eos) to the chat endpoint, whose template adds a few prompt tokens; 2 × concurrency warm-up
-requests are simulated and left out, then 20 × concurrency requests (or num_requests) are measured. Otherwise
-Poisson arrivals at request_rate. Mean TTFT, mean per-request TPOT, throughput over the measured requests.
-Rows that cannot be simulated (unknown model or GPU, expert parallelism, DP attention) are listed as skipped
-with the reason; they never stop the run. See docs/accuracy.md.
+Clients (docs/accuracy.md §3.1): aiperf (default with `concurrency` and no `request_rate`): a closed loop of
+`concurrency` clients sending back-to-back requests of isl/osl tokens (random content, ignore_eos) to the chat
+endpoint, whose template adds a few prompt tokens; 2 × concurrency warm-up requests, then, once every warm-up
+response is back (aiperf's phase barrier), 20 × concurrency measured requests (or num_requests) from clients that
+all start together. bench_serving: SGLang's random dataset with the version's length rules and
+--random-range-ratio, Poisson at request_rate (or all at once, with concurrency as --max-concurrency). poisson
+(default with a request_rate): Poisson arrivals with the row's length_dist. Rows that cannot be simulated
+(unknown model or GPU, expert parallelism, DP attention) are listed as skipped with the reason; they never stop
+the run. A bad server_args flag is a one-line error naming the row and the flag. See docs/accuracy.md §3.1, §3.8.
 
 Examples:
   shadowsim validate ../shared/data/validation/sglang_qwen3_32b_h100.csv
-  shadowsim validate validation/gpustack_sglang.csv
+  shadowsim validate ../shared/data/validation/sglang_deepseek_b200_b300.csv --only tp=8 --only ep=1 --only precision=fp8
+  shadowsim validate ../shared/data/validation/sglang_deepseek_b200_b300.csv --deployment defaults
+  shadowsim validate measurements.csv --server-args "--enable-mixed-chunk --max-prefill-tokens {isl+1500}"
+  shadowsim validate measurements.csv --variability measured --replicas 5
   shadowsim validate validation/gpustack_sglang.csv --length-dist exponential
   shadowsim validate measurements.csv --json > report.json
   shadowsim validate measurements.csv --out rows.csv --profile my_profile.json

@@ -31,10 +31,14 @@ __all__ = [
 
 
 def build_latency_model(model: ModelSpec, gpu: GpuSpec, tp: int, precision: str, *, backend: str = "auto",
-                        profile: CalibrationProfile | None = None, kv_dtype_bytes: int = 2) -> LatencyModel:
+                        profile: CalibrationProfile | None = None, kv_dtype_bytes: int = 2,
+                        kv_cache_dtype: str | None = None) -> LatencyModel:
     """The step-latency model for ``model`` served at ``precision`` on ``tp`` GPUs of type ``gpu``.
 
     ``profile`` defaults to the shipped calibration (simcore/perf/data/default_profile.json).
+    ``kv_cache_dtype`` (the server's ``--kv-cache-dtype``; ``auto`` = the model dtype), when given, sets the KV
+    element size the attention kernels read (fp8 KV: the fp8 attention tables, half the bytes) instead of
+    ``kv_dtype_bytes``.
     Raises UserError for an unknown backend or precision, or ``table`` on a GPU without tables.
     """
     if backend not in BACKENDS:
@@ -44,6 +48,10 @@ def build_latency_model(model: ModelSpec, gpu: GpuSpec, tp: int, precision: str,
     prec = normalize_precision(precision)
     if backend == "linear":
         return LinearLatencyModel()
+    if kv_cache_dtype is not None:
+        from simcore.memory import kv_dtype_bytes as _kv_bytes
+
+        kv_dtype_bytes = 1 if _kv_bytes(kv_cache_dtype, model.dtype) < 1.5 else 2
     prof = profile if profile is not None else default_profile()
     roof = RooflineCosts(gpu, dict(prof.roofline))
     tables = load_tables(gpu.name) if backend in ("auto", "table") else None

@@ -127,6 +127,11 @@ class GpuTimeScaling:
     def profile_hash(self) -> str:
         return self.base.profile_hash
 
+    @property
+    def frontend_s(self) -> float:
+        """The wrapped model's per-request front-end latency (`CalibrationProfile.frontend_s`), 0 if it has none."""
+        return float(getattr(self.base, "frontend_s", 0.0))
+
     def gpu_factor(self, shape: BatchShape) -> float:
         return 1.0
 

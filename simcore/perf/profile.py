@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simcore.errors import UserError
 
+# Factors added after the first profiles were written; 0.0 (their default) leaves a profile's hash unchanged.
+_LATE_FACTORS = ("frontend_s",)
 OP_CLASSES = ("gemm", "context_attention", "generation_attention", "communication", "moe", "elementwise")
 
 
@@ -42,6 +44,10 @@ class CalibrationProfile(BaseModel):
     - ``step_overhead_s``: fixed GPU-side time per forward (embedding/sampling kernels, graph replay).
     - ``gpu_per_req_s``: GPU-stream time per request row per step outside the per-op tables: sampling,
       logits post-processing and the batch-preparation kernels that run outside the CUDA graph.
+    - ``frontend_s``: fixed host latency of every request outside the scheduler loop (HTTP parsing, chat
+      template, tokenization, the ZMQ hop to the scheduler, and the first token's way back through the
+      detokenizer and the SSE writer). `simcore.engine.simulate` delays each request's arrival at the scheduler
+      by it; the live shadow, which sees requests as the server logged them, does not add it.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -56,6 +62,7 @@ class CalibrationProfile(BaseModel):
     launch_s_per_layer: float = 0.0
     step_overhead_s: float = 0.0
     gpu_per_req_s: float = 0.0
+    frontend_s: float = 0.0
     # Roofline efficiencies (fraction of peak reached), measured on the tabulated GPUs.
     roofline: dict[str, float] = Field(default_factory=dict)
     fit_stats: dict[str, FitStat] = Field(default_factory=dict)
@@ -67,6 +74,10 @@ class CalibrationProfile(BaseModel):
     def profile_hash(self) -> str:
         """Content hash over everything that changes predictions (not the name, source or fit sums)."""
         payload = self.model_dump(exclude={"name", "source", "fit_stats"})
+        # factors added after version 1 enter the hash only when set, so older profiles keep their hashes
+        for late in _LATE_FACTORS:
+            if payload.get(late) == 0.0:
+                payload.pop(late)
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 

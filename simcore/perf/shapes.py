@@ -42,6 +42,10 @@ class RankShapes:
     is_mla: bool
     mla_kv_dim: int  # kv_lora_rank + qk_rope_head_dim (MLA only)
     mla_v_dim: int
+    # MLA only: kv_b_proj, the latent → per-head (k_nope, v) up-projection the MHA prefill path applies to every
+    # cached prefix token it reads (n = q_heads · (qk_nope + v_head), k = kv_lora_rank); None for other models
+    mla_kv_b: GemmShape | None
+    mla_qk_head_dim: int  # qk_nope + qk_rope (192 for DeepSeek-V3), 0 for other models
     qk_norm: bool
     tp: int
     # elementwise traffic per token per layer (bytes, bf16 activations): norms, residual adds, RoPE,
@@ -66,10 +70,13 @@ def rank_shapes(model: ModelSpec, tp: int) -> RankShapes:
         attn += [GemmShape("kv_a", model.kv_lora_rank + model.qk_rope_head_dim, h),
                  GemmShape("o", h, q_heads * model.v_head_dim)]
         head_dim, v_dim = qk, model.v_head_dim
+        kv_b: GemmShape | None = GemmShape("kv_b", q_heads * (model.qk_nope_head_dim + model.v_head_dim),
+                                           model.kv_lora_rank)
     else:
         attn = [GemmShape("qkv", (q_heads + 2 * kv_heads) * model.head_dim, h),
                 GemmShape("o", h, q_heads * model.head_dim)]
         head_dim, v_dim = model.head_dim, model.v_head_dim
+        kv_b = None
     i_rank = max(1, model.intermediate_size // tp)
     dense = (GemmShape("gate_up", 2 * i_rank, h), GemmShape("down", h, i_rank))
     shared: tuple[GemmShape, ...] = ()
@@ -91,5 +98,6 @@ def rank_shapes(model: ModelSpec, tp: int) -> RankShapes:
         lm_head=GemmShape("lm_head", max(1, model.vocab_size // tp), h),
         moe_inter=moe_inter, num_experts=model.num_experts, top_k=model.top_k,
         is_mla=model.is_mla, mla_kv_dim=model.kv_lora_rank + model.qk_rope_head_dim, mla_v_dim=v_dim,
+        mla_kv_b=kv_b, mla_qk_head_dim=head_dim if model.is_mla else 0,
         qk_norm=model.architecture.startswith("Qwen3"), tp=tp, elementwise_bytes_per_token=ew,
     )

@@ -27,6 +27,42 @@ from simcore.perf.shapes import RankShapes, rank_shapes
 _EW_KERNELS = 5
 _MEMO_LIMIT = 200_000
 
+# SGLang's attention dispatch for MLA models in an extend (prefill or mixed) batch, sglang 0.5.9
+# models/deepseek_common/attention_backend_handler.py: on Blackwell (trtllm_mla, the DeepSeek default on SM100,
+# server_args._handle_model_specific_adjustments) every extend batch runs MHA_CHUNKED_KV
+# (handle_attention_trtllm_mla); on Hopper (fa3) and with flashinfer/flashmla/cutlass_mla the MHA path runs when
+# the batch has no cached prefix or at least SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD = 8192 prefix tokens
+# (_handle_attention_backend), the weight-absorbed MLA kernel otherwise. The MHA path reads the prefix's latent
+# KV in chunks of get_max_chunk_capacity() = 128k tokens (forward_batch_deepseek_mha_mixin.py) and, per chunk,
+# up-projects it with kv_b_proj, assembles k = [k_nope, k_pe], runs attention and merges the partial states
+# (forward_mha.py: _chunked_prefix_attn_mha). Decode rows of a mixed batch are extend rows of one token whose
+# prefix is their whole KV, so every mixed step decompresses the running batch's entire KV.
+MLA_MHA_PREFIX_THRESHOLD_TOKENS = 8192
+MLA_PREFIX_CHUNK_TOKENS = 128 * 1024
+_MLA_CHUNK_KERNELS = 4  # per prefix chunk: latent gather, k concat, attention, merge_state
+
+
+def mla_extend_runs_mha(sm_version: int, sum_prefix_tokens: int) -> bool:
+    """Whether SGLang runs an MLA extend batch with ``sum_prefix_tokens`` cached prefix tokens on the MHA path."""
+    if sm_version >= 100:
+        return True
+    return sum_prefix_tokens == 0 or sum_prefix_tokens >= MLA_MHA_PREFIX_THRESHOLD_TOKENS
+
+
+def serving_precision(model: ModelSpec, precision: str) -> str:
+    """The weight format SGLang actually runs for a requested ``precision`` on ``model``'s checkpoint.
+
+    A checkpoint quantized to block-scaled fp8 (``quantization_config.weight_block_size``, e.g. DeepSeek-V3/R1,
+    Qwen3-*-FP8) is served with its block scales whatever the label says: SGLang builds its fp8 config from the
+    checkpoint's ``quantization_config`` (sglang 0.5.9 ``layers/quantization/fp8.py``: ``Fp8Config.from_config``
+    reads ``weight_block_size``; ``Fp8LinearMethod.__init__`` / ``Fp8MoEMethod.__init__`` set
+    ``block_quant = weight_block_size is not None``). So a measurement labelled ``fp8`` on it runs fp8-block GEMMs
+    and the fp8-block fused-MoE kernel, not per-tensor fp8.
+    """
+    if precision == "fp8" and model.quantization == "fp8_block":
+        return "fp8_block"
+    return precision
+
 
 class StepLatencyModel:
     """Implements `simcore.perf.base.LatencyModel` for one (model, GPU, TP, precision)."""
@@ -38,8 +74,10 @@ class StepLatencyModel:
         self.model = model
         self.costs = costs
         self.tp = tp
+        precision = serving_precision(model, precision)
         self.precision = precision
         self.profile = profile
+        self.frontend_s = profile.frontend_s  # host latency per request outside the loop (CalibrationProfile)
         self.kv_bytes = kv_dtype_bytes
         self.shapes: RankShapes = rank_shapes(model, tp)
         self.backend = backend
@@ -65,6 +103,8 @@ class StepLatencyModel:
         self._shared_curves = [costs.gemm_curve(g.n, g.k, gdt) for g in sh.shared_expert_gemms]
         # The LM head stays in 16 bits in quantized checkpoints.
         self._lm_curve = costs.gemm_curve(sh.lm_head.n, sh.lm_head.k, "bf16")
+        self._kv_b_curve = costs.gemm_curve(sh.mla_kv_b.n, sh.mla_kv_b.k, gdt) if sh.mla_kv_b is not None else None
+        self._sm_version = (costs.roof.gpu if isinstance(costs, TableCosts) else costs.gpu).sm_version
         self._dense_memo: dict[tuple[int, int, bool], float] = {}
         self._memo: dict[BatchShape, StepTime] = {}
 
@@ -119,6 +159,23 @@ class StepLatencyModel:
                                             sum(extend), sq / 2.0, kv)
         return self.costs.context_attention_s(n, s_rms, sh.q_heads, sh.kv_heads, sh.head_dim, self.kv_bytes)
 
+    def mla_prefix_s(self, prefix_tokens: int) -> float:
+        """Seconds per layer the MLA MHA path spends on ``prefix_tokens`` cached tokens (see the module constants).
+
+        kv_b_proj over every prefix token (GEMM table at m = prefix tokens) plus the HBM traffic of the chunk
+        loop: read the latent (kv_lora_rank + rope dims, at the KV dtype), write the bf16 k (qk_nope + qk_rope per
+        head) and v (v_head per head), read both back in the attention kernel; 4 kernels per 128k-token chunk.
+        The attention FLOPs over the prefix are counted in the context-attention lookup (prefill rows) or are
+        negligible (a decode row is one query)."""
+        if prefix_tokens <= 0 or self._kv_b_curve is None:
+            return 0.0
+        sh = self.shapes
+        gemm_s = self._k_gemm * self._kv_b_curve(prefix_tokens) * 1e-3
+        kv_heads_bytes = sh.q_heads * (sh.mla_qk_head_dim + sh.mla_v_dim) * 2.0
+        byts = prefix_tokens * (sh.mla_kv_dim * self.kv_bytes + 2.0 * kv_heads_bytes)
+        chunks = -(-prefix_tokens // MLA_PREFIX_CHUNK_TOKENS)
+        return gemm_s + self._k_ew * self.costs.elementwise_s(byts, _MLA_CHUNK_KERNELS * chunks)
+
     def _generation_attention(self, batch: int, sum_kv: int) -> float:
         sh = self.shapes
         if sh.is_mla:
@@ -152,9 +209,16 @@ class StepLatencyModel:
         m = ext_tokens + bs
         L = self.shapes.num_layers
         gpu = self._dense_part(m, n_ext + bs, graph)
+        decode_attention = bs > 0
         if n_ext:
             gpu += self._k_ctx * L * self._context_attention(shape.extend_lens, shape.prefix_lens)
-        if bs:
+            if self.shapes.is_mla:
+                # decode rows of a mixed batch are extend rows of 1 token over their KV (the new token excluded)
+                prefix = sum(shape.prefix_lens) + max(0, shape.decode_sum_kv - shape.num_decode)
+                if mla_extend_runs_mha(self._sm_version, prefix):
+                    gpu += L * self.mla_prefix_s(prefix)
+                    decode_attention = False  # the decode rows' queries ride the MHA extend kernel
+        if decode_attention:
             gpu += self._k_gen * L * self._generation_attention(bs, shape.decode_sum_kv)
         if not graph:
             # Eager mode: the CPU launches ~15 kernels per layer; a short step cannot beat its launches.

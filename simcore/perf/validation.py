@@ -439,7 +439,8 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
         err = exc.errors()[0]
         raise UserError("server_args", f"row {row.id}: {flags_text}: {err['msg']}") from None
     pool = size_kv_pool(model, gpu, settings, precision)
-    latency = build_latency_model(model, gpu, row.tp, precision, backend=backend, profile=profile)
+    latency = build_latency_model(model, gpu, row.tp, precision, backend=backend, profile=profile,
+                                  kv_cache_dtype=settings.kv_cache_dtype)
     latency = with_variability(latency, p.variability, seed)
     workload, warmup, client = _workload(row, p, seed)
     delays = ClientDelays.from_variability(p.variability, seed)

@@ -1,0 +1,133 @@
+"""Pricing terms from SGLang's code paths: the checkpoint's fp8 format, and MLA attention inside extend batches.
+
+Each expected number is derived by hand in the test from the formula the docstring states and SGLang's source
+(sglang 0.5.9, cited per test); only GEMM latencies come from the measured tables.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from simcore.gpus import load_gpu
+from simcore.models import load_model
+from simcore.perf import BatchShape, CalibrationProfile, StepLatencyModel, build_latency_model
+from simcore.perf.step import (MLA_MHA_PREFIX_THRESHOLD_TOKENS, MLA_PREFIX_CHUNK_TOKENS, mla_extend_runs_mha,
+                               serving_precision)
+
+DSV3 = load_model("deepseek-ai/DeepSeek-V3")
+NEUTRAL = CalibrationProfile()
+
+
+def _model(gpu: str, precision: str = "fp8_block", tp: int = 8) -> StepLatencyModel:
+    lm = build_latency_model(DSV3, load_gpu(gpu), tp, precision, profile=NEUTRAL)
+    assert isinstance(lm, StepLatencyModel)
+    return lm
+
+
+def test_fp8_label_on_a_block_quantized_checkpoint_runs_block_fp8() -> None:
+    # layers/quantization/fp8.py: Fp8Config.from_config reads weight_block_size from the checkpoint;
+    # Fp8LinearMethod / Fp8MoEMethod: block_quant = weight_block_size is not None.
+    assert DSV3.quantization == "fp8_block"
+    assert serving_precision(DSV3, "fp8") == "fp8_block"
+    qwen = load_model("Qwen/Qwen3-32B")  # bf16 checkpoint: --quantization fp8 quantizes per tensor online
+    assert serving_precision(qwen, "fp8") == "fp8"
+    assert serving_precision(DSV3, "bf16") == "bf16"
+    labelled, block = _model("b200", "fp8"), _model("b200", "fp8_block")
+    assert labelled.precision == "fp8_block"
+    for shape in (BatchShape(extend_lens=(8200,), prefix_lens=(0,)),
+                  BatchShape(num_decode=64, decode_sum_kv=64 * 2000, cuda_graph_bs=64)):
+        assert labelled.step_time(shape) == block.step_time(shape)
+
+
+def test_which_mla_path_an_extend_batch_takes() -> None:
+    # attention_backend_handler.py: handle_attention_trtllm_mla (SM100 default for DeepSeek) always MHA in
+    # extend; _handle_attention_backend (fa3 on Hopper): MHA when Σprefix == 0 or >= 8192, absorbed MLA otherwise
+    assert MLA_MHA_PREFIX_THRESHOLD_TOKENS == 8192 and MLA_PREFIX_CHUNK_TOKENS == 131072
+    assert mla_extend_runs_mha(100, 0) and mla_extend_runs_mha(100, 100) and mla_extend_runs_mha(100, 10**6)
+    assert mla_extend_runs_mha(90, 0)
+    assert not mla_extend_runs_mha(90, 1) and not mla_extend_runs_mha(90, 8191)
+    assert mla_extend_runs_mha(90, 8192)
+
+
+def test_prefix_decompression_cost_by_hand() -> None:
+    lm = _model("h200")
+    sh = lm.shapes
+    # TP8: 128 heads / 8 = 16 per rank; kv_b_proj n = 16 · (128 + 128) = 4096, k = kv_lora_rank 512
+    assert (sh.q_heads, sh.mla_kv_b.n, sh.mla_kv_b.k) == (16, 4096, 512)
+    assert (sh.mla_kv_dim, sh.mla_qk_head_dim, sh.mla_v_dim) == (576, 192, 128)
+    prefix = 200_000
+    # bytes per prefix token: latent 576 × 2 B (bf16 KV) + write and read back bf16 k (16 × 192) and v (16 × 128)
+    per_token = 576 * 2 + 2 * (16 * (192 + 128) * 2)
+    assert per_token == 21_632
+    gpu = load_gpu("h200")
+    mem_eff, floor = 0.80, 2.5e-6  # neutral profile: DEFAULT_ROOFLINE
+    chunks = 2  # ceil(200000 / 131072)
+    traffic_s = prefix * per_token / (gpu.hbm_bytes_per_s * mem_eff) + 4 * chunks * floor
+    assert traffic_s == pytest.approx(1.1467e-3, rel=1e-3)  # 4.3264 GB at 3.84 TB/s, + 20 µs
+    gemm_s = lm._kv_b_curve(prefix) * 1e-3
+    # the measured fp8-block GEMM at m = 200k: 2·m·n·k = 0.839 TFLOP, between 0.3 and 1.5 ms on an H200
+    assert 0.3e-3 < gemm_s < 1.5e-3
+    assert lm.mla_prefix_s(prefix) == pytest.approx(gemm_s + traffic_s, rel=1e-9)
+    assert lm.mla_prefix_s(0) == 0.0
+
+
+def test_mixed_batch_on_blackwell_decompresses_the_running_batch_kv() -> None:
+    lm = _model("b200")
+    L = lm.shapes.num_layers
+    prefill = BatchShape(extend_lens=(2064,), prefix_lens=(0,))
+    decode_kv = 62 * 1500
+    mixed = BatchShape(extend_lens=(2064,), prefix_lens=(0,), num_decode=62, decode_sum_kv=decode_kv)
+    # same tokens in the GEMMs as the mixed batch, no decode rows: a 2126-token prefill
+    same_tokens = lm._dense_part(2064 + 62, 1 + 62, False)
+    ctx = L * lm._context_attention((2064,), (0,))
+    # decode rows are 1-token extends whose prefix is their KV without the new token: 62 · 1500 − 62
+    expected = same_tokens + ctx + L * lm.mla_prefix_s(decode_kv - 62)
+    assert lm.step_time(mixed).gpu_s == pytest.approx(expected, rel=1e-9)
+    # and no generation-attention kernel for the decode rows
+    with_gen = expected + L * lm._generation_attention(62, decode_kv)
+    assert lm.step_time(mixed).gpu_s < with_gen
+    # the term is what a mixed step adds over the prefill alone, beyond the 62 extra GEMM rows
+    assert lm.step_time(mixed).gpu_s - lm.step_time(prefill).gpu_s > L * lm.mla_prefix_s(decode_kv - 62)
+
+
+def test_mixed_batch_on_hopper_below_the_threshold_stays_absorbed() -> None:
+    lm = _model("h200")
+    L = lm.shapes.num_layers
+    small = BatchShape(extend_lens=(1024,), prefix_lens=(0,), num_decode=3, decode_sum_kv=3 * 1500)  # Σprefix 4497
+    expected = (lm._dense_part(1024 + 3, 1 + 3, False) + L * lm._context_attention((1024,), (0,))
+                + L * lm._generation_attention(3, 3 * 1500))
+    assert lm.step_time(small).gpu_s == pytest.approx(expected, rel=1e-9)
+    big = BatchShape(extend_lens=(1024,), prefix_lens=(0,), num_decode=8, decode_sum_kv=8 * 1500)  # Σprefix 11992
+    expected_big = (lm._dense_part(1024 + 8, 1 + 8, False) + L * lm._context_attention((1024,), (0,))
+                    + L * lm.mla_prefix_s(8 * 1500 - 8))
+    assert lm.step_time(big).gpu_s == pytest.approx(expected_big, rel=1e-9)
+
+
+def test_dense_models_are_unchanged_by_the_mla_term() -> None:
+    qwen = build_latency_model(load_model("Qwen/Qwen3-32B"), load_gpu("h100"), 2, "bf16", profile=NEUTRAL)
+    assert isinstance(qwen, StepLatencyModel) and qwen.shapes.mla_kv_b is None
+    assert qwen.mla_prefix_s(10**5) == 0.0
+    L = qwen.shapes.num_layers
+    mixed = BatchShape(extend_lens=(2048,), prefix_lens=(0,), num_decode=16, decode_sum_kv=16 * 3000)
+    expected = (qwen._dense_part(2048 + 16, 1 + 16, False) + L * qwen._context_attention((2048,), (0,))
+                + L * qwen._generation_attention(16, 16 * 3000))
+    assert qwen.step_time(mixed).gpu_s == pytest.approx(expected, rel=1e-9)
+    assert math.isfinite(expected)
+
+
+def test_the_server_kv_cache_dtype_reaches_the_attention_kernels() -> None:
+    gpu = load_gpu("h200")
+    auto = build_latency_model(DSV3, gpu, 8, "fp8", profile=NEUTRAL, kv_cache_dtype="auto")
+    fp8 = build_latency_model(DSV3, gpu, 8, "fp8", profile=NEUTRAL, kv_cache_dtype="fp8_e4m3")
+    assert isinstance(auto, StepLatencyModel) and isinstance(fp8, StepLatencyModel)
+    assert (auto.kv_bytes, fp8.kv_bytes) == (2, 1)
+    # the latent read of the MLA prefix path halves: 576 B per token less at 1 byte per element
+    assert auto.mla_prefix_s(100_000) - fp8.mla_prefix_s(100_000) == pytest.approx(
+        100_000 * 576 / (gpu.hbm_bytes_per_s * 0.80), rel=1e-9)
+    # decode attention reads the fp8 generation-MLA table: on B200 it is measured faster than bf16 at long KV
+    b200 = load_gpu("b200")
+    auto_b, fp8_b = (build_latency_model(DSV3, b200, 8, "fp8", profile=NEUTRAL, kv_cache_dtype=kv)
+                     for kv in ("auto", "fp8_e4m3"))
+    long_decode = BatchShape(num_decode=128, decode_sum_kv=128 * 8000, cuda_graph_bs=128)
+    assert fp8_b.step_time(long_decode).gpu_s < auto_b.step_time(long_decode).gpu_s
