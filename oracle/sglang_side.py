@@ -134,7 +134,6 @@ def run_scheduler(sc: Scenario) -> dict:
     t = 0.0
     gpu_free = 0.0
     done = 0
-    aborted: list[str] = []
 
     def ingest(now: float) -> None:
         nonlocal pending
@@ -181,7 +180,6 @@ def run_scheduler(sc: Scenario) -> dict:
         if guard > 200000:
             raise RuntimeError("sglang side: loop did not terminate")
         ingest(t)
-        # aborted at admission (prompt too long): SGLang answers them from process_input_requests
         wait_before = {r.rid for r in s.waiting_queue}
         plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
         s.running_batch = plan.running_batch
@@ -239,7 +237,7 @@ def run_scheduler(sc: Scenario) -> dict:
             if prev is not None:
                 t = max(t, prev.gpu_end)
             elif b is None:
-                if not pending and done + len(aborted) >= len(specs):
+                if not pending and done >= len(specs):
                     break
                 if pending:
                     t = max(t, min(p[0] for p in pending))

@@ -30,11 +30,17 @@ class GpuSpec(BaseModel):
     nvlink_bytes_per_s: float
     peak_flops: dict[str, float]
     sm_version: int = 0
+    # Multi-node TP/EP: GPUs per NVLink domain and the per-GPU network bandwidth (one direction) between domains;
+    # the defaults are an 8-GPU box on 200 Gb/s HDR per GPU.
+    gpus_per_node: int = 8
+    inter_node_bytes_per_s: float = 2.5e10
 
     def flops(self, dtype: str) -> float:
         """Peak dense FLOP/s for a compute dtype; fp8 falls back to bf16 on GPUs without fp8 tensor cores."""
         if dtype in self.peak_flops:
             return self.peak_flops[dtype]
+        if dtype == "nvfp4":  # FP4 tensor cores (Blackwell); else it runs as fp8 (Hopper) or bf16
+            return self.peak_flops.get("fp4", self.peak_flops.get("fp8", self.peak_flops["bf16"]))
         if dtype in ("fp8", "fp8_block", "int8", "fp4", "int4"):
             return self.peak_flops["bf16"]
         return self.peak_flops["bf16"]

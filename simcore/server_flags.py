@@ -61,6 +61,12 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
     ServerFlag("--max-total-tokens", "max_total_tokens", int,
                "KV pool size in tokens; overrides the sizing from GPU memory (1000000000 = unlimited cache)"),
     ServerFlag("--mem-fraction-static", "mem_fraction_static", float, "weights+KV share of GPU memory"),
+    ServerFlag("--ep-size", "ep_size", int,
+               "expert parallelism: MoE experts split over this many of the TP ranks, each expert tp/ep-way "
+               "tensor parallel (default 1; docs/accuracy.md 3.10)", 1),
+    ServerFlag("--moe-a2a-backend", "moe_a2a_backend", str,
+               "MoE all-to-all: none (all-reduce after the experts) or deepep (dispatch/combine; sets ep = tp)",
+               "none", choices=("none", "deepep")),
     ServerFlag("--page-size", "page_size", int, "KV page size in tokens (default 1)", 1),
     ServerFlag("--kv-cache-dtype", "kv_cache_dtype", str, "auto (model dtype), fp8_e4m3, fp8_e5m2", "auto"),
     ServerFlag("--context-length", "context_length", int, "model context length override"),

@@ -62,6 +62,17 @@ class ServerSettings(BaseModel):
     tp_size: int = Field(1, ge=1)
     dp_size: int = Field(1, ge=1)
     pp_size: int = Field(1, ge=1)
+    # Expert parallelism and DP attention (SGLang's --ep-size, --moe-a2a-backend, --enable-dp-attention; ep_size
+    # divides tp_size, the MoE layers run moe_tp = tp / ep; simcore/perf/moe_parallel.py prices them).
+    ep_size: int = Field(1, ge=1)
+    moe_a2a_backend: Literal["none", "deepep"] = "none"
+    enable_dp_attention: bool = False
+    # Speculative decoding (--speculative-algorithm EAGLE/EAGLE3/NEXTN (MTP), --speculative-num-steps,
+    # --speculative-eagle-topk, --speculative-num-draft-tokens; simcore/speculative.py). None = off.
+    speculative_algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "MTP"] | None = None
+    speculative_num_steps: int | None = Field(None, ge=1)
+    speculative_eagle_topk: int | None = Field(None, ge=1)
+    speculative_num_draft_tokens: int | None = Field(None, ge=1)
     kv_cache_dtype: str = "auto"
     context_length: int | None = Field(None, ge=2)
     disable_overlap_schedule: bool = False
@@ -116,6 +127,12 @@ class ServerSettings(BaseModel):
             raise UserError("enable_priority_scheduling",
                             f"priority scheduling needs policy fcfs or lof, not {self.policy}",
                             "add --schedule-policy fcfs (or lof), or drop --enable-priority-scheduling")
+        if self.tp_size % self.ep_size:
+            raise UserError("ep_size", f"--ep-size {self.ep_size} does not divide --tp-size {self.tp_size}",
+                            "use an --ep-size that divides --tp-size (the MoE layers run tp/ep-way tensor parallel)")
+        if self.enable_dp_attention and (self.dp_size < 2 or self.tp_size % self.dp_size):
+            raise UserError("dp_size", f"--enable-dp-attention needs --dp-size > 1 dividing --tp-size "
+                            f"{self.tp_size}, got {self.dp_size}", "set --dp-size to a divisor of --tp-size")
         if self.enable_mixed_chunk and cps is not None and cps <= 0:
             raise UserError("enable_mixed_chunk", "mixed chunk requires chunked prefill",
                             "set --chunked-prefill-size or drop --enable-mixed-chunk")

@@ -289,7 +289,7 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
     from simcore.gpus import load_gpu
     from simcore.memory import max_running_requests, size_kv_pool
     from simcore.models import load_model
-    from simcore.perf import build_latency_model
+    from simcore.perf import ParallelLayout, build_latency_model
     from simcore.variability import ClientDelays, DelayedWorkload, client_records, with_variability
 
     check_slos(args)
@@ -304,7 +304,8 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
 
         profile = CalibrationProfile.load(args.profile)
     latency = build_latency_model(model, gpu, args.tp, precision, backend=args.latency_backend, profile=profile,
-                                  kv_cache_dtype=settings.kv_cache_dtype)
+                                  kv_cache_dtype=settings.kv_cache_dtype,
+                                  parallel=ParallelLayout.from_settings(settings, gpu))
     variability = variability_from_args(args)
     latency = with_variability(latency, variability, args.seed)
     ctx = settings.context_length or model.context_length

@@ -18,7 +18,7 @@ response is back (aiperf's phase barrier), 20 × concurrency measured requests (
 all start together. bench_serving: SGLang's random dataset with the version's length rules and
 --random-range-ratio, Poisson at request_rate (or all at once, with concurrency as --max-concurrency). poisson
 (default with a request_rate): Poisson arrivals with the row's length_dist. Rows that cannot be simulated
-(unknown model or GPU, expert parallelism, DP attention) are listed as skipped with the reason; they never stop
+(unknown model or GPU, DP attention) are listed as skipped with the reason; they never stop
 the run. A bad server_args flag is a one-line error naming the row and the flag. See docs/accuracy.md §3.1, §3.8.
 
 Examples:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shadowsim.shadow.config import ShadowConfig
+from shadowsim.shadow.ranks import RankRouter, base_instance_id
 from shadowsim.shadow.sink import PredictionSink
 from shadowsim.shadow.snapshot import SnapshotStore
 from shadowsim.shadow.sources import TP, Source, SourceFactory
@@ -65,6 +66,8 @@ class ShadowService:
         self.partitions: dict[TP, PartitionState] = {}
         self.twins: dict[str, InstanceTwin] = {}
         self.twin_partition: dict[str, TP] = {}
+        # one twin per DP rank of a data-parallel server (shadowsim/shadow/ranks.py)
+        self.ranks = RankRouter(lambda iid: int(config.instance(iid).settings.get("dp_size", 1) or 1))
         self.lock = threading.RLock()  # held while state changes; the exporter takes it to read a consistent view
         self.records_processed = 0
         self.checkpoints = 0
@@ -101,7 +104,7 @@ class ShadowService:
 
     def _new_twin(self, iid: str) -> InstanceTwin:
         c = self.config
-        return InstanceTwin(iid, c.instance(iid), c.time, c.drift, self.engine_factory, self.clock)
+        return InstanceTwin(iid, c.instance(base_instance_id(iid)), c.time, c.drift, self.engine_factory, self.clock)
 
     # ---- processing ----------------------------------------------------------------------------------------------
     def process(self, rec: Any) -> bool:
@@ -116,11 +119,12 @@ class ShadowService:
             reason = dead_letter_reason(rec.error)
             ps.dead_letters[reason] = ps.dead_letters.get(reason, 0) + 1
         for ev in rec.events:
-            twin = self.twins.get(ev.instance_id)
+            iid = self.ranks.twin_id(ev)
+            twin = self.twins.get(iid)
             if twin is None:
-                twin = self.twins[ev.instance_id] = self._new_twin(ev.instance_id)
-                self.twin_partition[ev.instance_id] = tp
-                ps.instances.add(ev.instance_id)
+                twin = self.twins[iid] = self._new_twin(iid)
+                self.twin_partition[iid] = tp
+                ps.instances.add(iid)
             twin.apply(ev)
         ps.next_offset = rec.offset + 1
         ps.since_checkpoint += 1

@@ -22,10 +22,12 @@ from typing import Any
 
 from simcore.events import (DecodeBatch, ForwardPass, MetricsSnapshot, PrefillBatch, RequestArrived,
                             RequestFinished, RequestFirstToken, ServerConfig)
+from simcore.speculative import OnlineAcceptance
 from shadowsim.shadow.anchor import Anchor, StepTimeline
 from shadowsim.shadow.config import METRICS, DriftConfig, InstanceConfig, TimeConfig
 from shadowsim.shadow.drift import DriftVerdict, ErrorWindow, OnlineCalibrator, ape, decide
 from shadowsim.shadow.protocols import Completion, Engine, EngineFactory, Pending
+from shadowsim.shadow.speculative import DEFAULT_DECODE_LOG_INTERVAL
 from shadowsim.shadow.stats import InstanceStats
 
 MAX_ESTIMATE_TOKENS = 4096  # SGLang clips unknown max_new_tokens to 4096 for its own estimate (§2.5)
@@ -59,6 +61,8 @@ class InstanceTwin:
         self.done: dict[str, float] = {}  # joined rid -> finish ts, to drop duplicate deliveries (pruned)
         self.out: list[dict[str, Any]] = []  # joined records not yet flushed to the sink
         self.last_event_wall_ts: float | None = None
+        # speculative decoding: the accepted-length distribution learned from the log's `accept len` fields
+        self.acceptance = OnlineAcceptance(max_len=int(cfg.settings.get("speculative_num_steps") or 3) + 1)
 
     # ---- read-only facts ----------------------------------------------------------------------------------------
     @property
@@ -189,6 +193,8 @@ class InstanceTwin:
 
     def _on_decode(self, ev: DecodeBatch) -> None:
         self._observe(ev.running_reqs, ev.queue_reqs, ev.token_usage)
+        if ev.accept_len is not None:  # one line averages running × decode_log_interval verify passes
+            self.acceptance.observe(ev.accept_len, max(1, ev.running_reqs or 0) * DEFAULT_DECODE_LOG_INTERVAL)
         self._anchor().on_decode_batch(ev)
 
     def _on_forward(self, ev: ForwardPass) -> None:
@@ -349,6 +355,7 @@ class InstanceTwin:
             "alerts": self.alerts,
             "verdict_state": self._verdict_state,
             "engine": self.engine.snapshot() if self.engine is not None else None,
+            "acceptance": self.acceptance.snapshot(),
         }
 
     def restore(self, data: dict[str, Any]) -> None:
@@ -376,6 +383,8 @@ class InstanceTwin:
         self.done = {k: float(v) for k, v in data["done"].items()}
         self.alerts = list(data["alerts"])
         self._verdict_state = dict(data["verdict_state"])
+        if data.get("acceptance") is not None:  # snapshots before speculative support have none
+            self.acceptance.restore(data["acceptance"])
         if data["engine"] is not None:
             assert self.epoch_ts is not None
             self.engine = self._factory(self.cfg, dict(self.server_config), self.epoch_ts, data["engine"])

@@ -20,13 +20,19 @@ WEIGHT_BYTES_PER_ELEM: dict[str, float] = {
     "int8": 1.0,
     "int4": 0.5 + 4.0 / 128,
     "int4_wo": 0.5 + 4.0 / 128,
+    # NVFP4 (ModelOpt FP4): 4-bit values with one fp8 (e4m3) scale per 16 elements (+ one fp32 per tensor)
+    "nvfp4": 0.5 + 1.0 / 16,
 }
+# Precisions whose checkpoints keep the attention projections in 16 bits: NVIDIA's ModelOpt FP4 DeepSeek/Kimi
+# checkpoints quantize the MLP and expert linears and exclude ``self_attn`` (their hf_quant_config.json).
+ATTENTION_16BIT_PRECISIONS = frozenset({"nvfp4"})
 
 PRECISION_ALIASES: dict[str, str] = {
     "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "auto": "bf16",
     "fp8_e4m3": "fp8", "fp8-e4m3": "fp8", "fp8_per_tensor": "fp8", "fp8-block": "fp8_block",
     "fp8_blockwise": "fp8_block", "w8a8": "int8", "awq": "int4", "gptq": "int4", "w4a16": "int4",
     "int4-wo": "int4", "int4_weight_only": "int4",
+    "fp4": "nvfp4", "modelopt_fp4": "nvfp4", "nv_fp4": "nvfp4",
 }
 
 
@@ -149,8 +155,9 @@ class ModelSpec(BaseModel):
         embed = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
         norms = self.num_layers * 2 * self.hidden_size + self.hidden_size
         router = self.num_moe_layers * self.hidden_size * self.num_experts
-        linear = self.num_params() - embed - norms - router
-        return int(round(linear * per + (embed + norms + router) * 2.0))
+        attn16 = self.num_layers * self.attention_params_per_layer() if p in ATTENTION_16BIT_PRECISIONS else 0
+        linear = self.num_params() - embed - norms - router - attn16
+        return int(round(linear * per + (embed + norms + router + attn16) * 2.0))
 
     # ---- KV cache -----------------------------------------------------------------------------------------
     def kv_heads_per_rank(self, tp: int) -> int:

@@ -13,11 +13,14 @@ picks ``table`` when the GPU has tables. ``linear`` is `LinearLatencyModel`, for
 """
 from __future__ import annotations
 
+from typing import Any
+
 from simcore.errors import UserError
 from simcore.gpus import GpuSpec
 from simcore.models.spec import ModelSpec, normalize_precision
 from simcore.perf.base import BatchShape, LatencyModel, LinearLatencyModel, StepTime
 from simcore.perf.costs import RooflineCosts, TableCosts
+from simcore.perf.moe_parallel import ParallelCosts, ParallelLayout
 from simcore.perf.profile import CalibrationProfile, default_profile
 from simcore.perf.step import StepLatencyModel
 from simcore.perf.tables import load_tables, tables_dir_names
@@ -25,20 +28,23 @@ from simcore.perf.tables import load_tables, tables_dir_names
 BACKENDS = ("auto", "table", "roofline", "linear")
 
 __all__ = [
-    "BACKENDS", "BatchShape", "CalibrationProfile", "LatencyModel", "LinearLatencyModel", "StepLatencyModel",
+    "BACKENDS", "BatchShape", "CalibrationProfile", "LatencyModel", "LinearLatencyModel", "ParallelLayout",
+    "StepLatencyModel",
     "StepTime", "build_latency_model", "default_profile", "tables_dir_names",
 ]
 
 
 def build_latency_model(model: ModelSpec, gpu: GpuSpec, tp: int, precision: str, *, backend: str = "auto",
                         profile: CalibrationProfile | None = None, kv_dtype_bytes: int = 2,
-                        kv_cache_dtype: str | None = None) -> LatencyModel:
+                        kv_cache_dtype: str | None = None,
+                        parallel: ParallelLayout | None = None) -> LatencyModel:
     """The step-latency model for ``model`` served at ``precision`` on ``tp`` GPUs of type ``gpu``.
 
     ``profile`` defaults to the shipped calibration (simcore/perf/data/default_profile.json).
     ``kv_cache_dtype`` (the server's ``--kv-cache-dtype``; ``auto`` = the model dtype), when given, sets the KV
     element size the attention kernels read (fp8 KV: the fp8 attention tables, half the bytes) instead of
-    ``kv_dtype_bytes``.
+    ``kv_dtype_bytes``. ``parallel`` (`ParallelLayout.from_settings`) adds expert parallelism, DeepEP and
+    multi-node TP; without it a TP group larger than the GPU's NVLink domain still pays the inter-node all-reduce.
     Raises UserError for an unknown backend or precision, or ``table`` on a GPU without tables.
     """
     if backend not in BACKENDS:
@@ -58,7 +64,11 @@ def build_latency_model(model: ModelSpec, gpu: GpuSpec, tp: int, precision: str,
     if backend == "table" and tables is None:
         raise UserError("--latency-backend", f"no measured tables for GPU {gpu.name}",
                         f"tables exist for {', '.join(tables_dir_names())}; use --latency-backend roofline")
-    if tables is not None:
-        return StepLatencyModel(model, TableCosts(tables, roof), tp, prec, prof,
-                                kv_dtype_bytes=kv_dtype_bytes, backend="table")
-    return StepLatencyModel(model, roof, tp, prec, prof, kv_dtype_bytes=kv_dtype_bytes, backend="roofline")
+    costs: Any = TableCosts(tables, roof) if tables is not None else roof
+    layout = parallel if parallel is not None else ParallelLayout(tp_size=tp, gpus_per_node=gpu.gpus_per_node)
+    if layout.tp_size != tp:
+        raise UserError("--tp", f"the parallel layout has tp_size {layout.tp_size}, the model was asked for {tp}")
+    if not layout.is_trivial:
+        costs = ParallelCosts(costs, layout, gpu, model)
+    return StepLatencyModel(model, costs, tp, prec, prof, kv_dtype_bytes=kv_dtype_bytes,
+                            backend="table" if tables is not None else "roofline")

@@ -33,7 +33,7 @@ DEFAULT_ROOFLINE: dict[str, float] = {
 M_GRID = tuple(sorted({2**i for i in range(0, 18)} | {3 * 2**i for i in range(0, 16)}))
 LEN_GRID = tuple(sorted({2**i for i in range(0, 19)} | {3 * 2**i for i in range(0, 17)}))
 
-_DT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int8": 1.0, "int4": 0.53}
+_DT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int8": 1.0, "int4": 0.53, "nvfp4": 0.5625}
 
 
 @dataclass
@@ -48,7 +48,7 @@ class RooflineCosts:
         return self.eff.get(key, DEFAULT_ROOFLINE[key])
 
     def gemm_s(self, m: float, n: int, k: int, dtype: str) -> float:
-        peak = self.gpu.flops("fp8" if dtype in ("fp8", "fp8_block") else "bf16")
+        peak = self.gpu.flops("fp8" if dtype in ("fp8", "fp8_block") else "nvfp4" if dtype == "nvfp4" else "bf16")
         flops = 2.0 * m * n * k
         byts = _DT_BYTES.get(dtype, 2.0) * n * k + 2.0 * m * (n + k)
         t = max(flops / (peak * self.p("gemm_compute_eff")), byts / (self.gpu.hbm_bytes_per_s * self.p("mem_eff")))
@@ -117,7 +117,7 @@ class RooflineCosts:
         active = experts * (1.0 - (1.0 - top_k / experts) ** tokens) if experts else 0.0
         byts = active * 3.0 * hidden * inter * _DT_BYTES.get(dtype, 2.0) + tokens * top_k * (hidden * 4.0)
         flops = 2.0 * 3.0 * tokens * top_k * hidden * inter
-        peak = self.gpu.flops("fp8" if dtype in ("fp8", "fp8_block") else "bf16")
+        peak = self.gpu.flops("fp8" if dtype in ("fp8", "fp8_block") else "nvfp4" if dtype == "nvfp4" else "bf16")
         t = max(flops / (peak * self.p("moe_compute_eff")), byts / (self.gpu.hbm_bytes_per_s * self.p("mem_eff")))
         return t + 4 * self.p("kernel_floor_s")  # routing, two grouped GEMMs, combine
 

@@ -20,6 +20,7 @@ import math
 from simcore.models.spec import ModelSpec
 from simcore.perf.base import BatchShape, StepTime
 from simcore.perf.costs import RooflineCosts, TableCosts
+from simcore.perf.moe_parallel import op_dtypes
 from simcore.perf.profile import CalibrationProfile
 from simcore.perf.shapes import RankShapes, rank_shapes
 
@@ -82,10 +83,12 @@ class StepLatencyModel:
         self.shapes: RankShapes = rank_shapes(model, tp)
         self.backend = backend
         gpu_name = costs.roof.gpu.name if isinstance(costs, TableCosts) else costs.gpu.name
-        self.name = f"{backend}:{gpu_name}:tp{tp}:{precision}"
+        layout = getattr(costs, "layout", None)  # simcore.perf.moe_parallel.ParallelCosts: EP, multi-node
+        ep = f":ep{layout.ep_size}" if layout is not None and layout.ep_size > 1 else ""
+        self.name = f"{backend}:{gpu_name}:tp{tp}{ep}:{precision}"
         # The exported hash covers everything behind a prediction: the profile's factors and, for the table
         # backend, the measured tables' bytes.
-        digest = costs.tables.digest if isinstance(costs, TableCosts) else ""
+        digest = getattr(getattr(costs, "tables", None), "digest", "")
         self.profile_hash = (profile.profile_hash if not digest else
                              hashlib.sha256(f"{profile.profile_hash}:{digest}".encode()).hexdigest()[:12])
         s = profile.op_scale
@@ -96,14 +99,15 @@ class StepLatencyModel:
         self._k_moe = s.get("moe", 1.0)
         self._k_ew = s.get("elementwise", 1.0)
         sh = self.shapes
-        gdt = precision if precision in ("fp8", "fp8_block") else ("int4" if precision == "int4" else "bf16")
-        self._gemm_dtype = gdt
-        self._attn_curves = [costs.gemm_curve(g.n, g.k, gdt) for g in sh.attn_gemms]
-        self._dense_curves = [costs.gemm_curve(g.n, g.k, gdt) for g in sh.dense_mlp_gemms]
-        self._shared_curves = [costs.gemm_curve(g.n, g.k, gdt) for g in sh.shared_expert_gemms]
+        dts = op_dtypes(precision, model)  # per op class: nvfp4 keeps attention in bf16, fp8 → a checkpoint's fp8_block
+        self._gemm_dtype = dts.moe
+        self._attn_curves = [costs.gemm_curve(g.n, g.k, dts.attention) for g in sh.attn_gemms]
+        self._dense_curves = [costs.gemm_curve(g.n, g.k, dts.mlp) for g in sh.dense_mlp_gemms]
+        self._shared_curves = [costs.gemm_curve(g.n, g.k, dts.mlp) for g in sh.shared_expert_gemms]
         # The LM head stays in 16 bits in quantized checkpoints.
         self._lm_curve = costs.gemm_curve(sh.lm_head.n, sh.lm_head.k, "bf16")
-        self._kv_b_curve = costs.gemm_curve(sh.mla_kv_b.n, sh.mla_kv_b.k, gdt) if sh.mla_kv_b is not None else None
+        self._kv_b_curve = (costs.gemm_curve(sh.mla_kv_b.n, sh.mla_kv_b.k, dts.attention)
+                            if sh.mla_kv_b is not None else None)
         self._sm_version = (costs.roof.gpu if isinstance(costs, TableCosts) else costs.gpu).sm_version
         self._dense_memo: dict[tuple[int, int, bool], float] = {}
         self._memo: dict[BatchShape, StepTime] = {}

@@ -30,7 +30,7 @@ import numpy as np
 
 from simcore.perf.interp import Curve, LogGrid
 
-DTYPE_CODES = {"bf16": 0, "fp16": 0, "fp8": 1, "fp8_block": 2, "int4": 3}
+DTYPE_CODES = {"bf16": 0, "fp16": 0, "fp8": 1, "fp8_block": 2, "int4": 3, "nvfp4": 4}
 
 
 def tables_dir_names() -> list[str]:

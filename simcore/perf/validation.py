@@ -274,8 +274,6 @@ def unsupported_reason(row: Row) -> str | None:
     """Why a row cannot be simulated faithfully, or None."""
     if row.unsupported:
         return row.unsupported
-    if row.ep > 1:
-        return f"expert parallelism (ep={row.ep}) is not modelled"
     if row.dp_attention > 1:
         return f"DP attention (dp_attention={row.dp_attention}) is not modelled"
     if row.isl is None or row.osl is None or row.isl < 1 or row.osl < 1:
@@ -418,7 +416,7 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
     from simcore.gpus import load_gpu
     from simcore.memory import size_kv_pool
     from simcore.models import load_model
-    from simcore.perf import build_latency_model
+    from simcore.perf import ParallelLayout, build_latency_model
     from simcore.settings import ServerSettings, resolve
     from simcore.variability import ClientDelays, DelayedWorkload, client_records, with_variability
 
@@ -429,6 +427,8 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
     flags, flags_text = _row_settings(row, p)
     if row.max_total_tokens is not None and "max_total_tokens" not in flags:
         flags["max_total_tokens"] = row.max_total_tokens
+    if row.ep > 1 and "ep_size" not in flags:  # the row's ep column is SGLang's --ep-size
+        flags["ep_size"] = row.ep
     try:
         settings = resolve(ServerSettings(sglang_version=row.sglang_version, tp_size=row.tp,
                                           output_path_s_per_step=p.output_path_s_per_step,
@@ -440,7 +440,8 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
         raise UserError("server_args", f"row {row.id}: {flags_text}: {err['msg']}") from None
     pool = size_kv_pool(model, gpu, settings, precision)
     latency = build_latency_model(model, gpu, row.tp, precision, backend=backend, profile=profile,
-                                  kv_cache_dtype=settings.kv_cache_dtype)
+                                  kv_cache_dtype=settings.kv_cache_dtype,
+                                  parallel=ParallelLayout.from_settings(settings, gpu))
     latency = with_variability(latency, p.variability, seed)
     workload, warmup, client = _workload(row, p, seed)
     delays = ClientDelays.from_variability(p.variability, seed)

@@ -70,11 +70,11 @@ def test_unsimulatable_rows_are_skipped_with_a_reason(tmp_path) -> None:
 
     out = validate(rows, simulate_fn=fake)
     reasons = {s["id"]: s["reason"] for s in out["skipped"]}
-    assert set(reasons) == {"unknown", "ep", "dp", "gpu"}
-    assert "expert parallelism" in reasons["ep"] and "DP attention" in reasons["dp"]
+    assert set(reasons) == {"unknown", "dp", "gpu"}  # expert parallelism is simulated (simcore/perf/moe_parallel)
+    assert "DP attention" in reasons["dp"]
     assert "--gpu" in reasons["gpu"]
-    assert calls == ["unknown", "gpu", "ok"]  # parallelism checks happen before simulating
-    assert [r["id"] for r in out["rows"]] == ["ok"] and out["summary"]["ttft"]["mape"] == 50.0
+    assert calls == ["unknown", "ep", "gpu", "ok"]  # the DP check happens before simulating
+    assert [r["id"] for r in out["rows"]] == ["ep", "ok"] and out["summary"]["ttft"]["mape"] == 50.0
 
 
 def test_real_simulation_of_a_small_closed_loop_row(tmp_path) -> None:

@@ -1,0 +1,85 @@
+"""Per-rank twins of a data-parallel SGLang server (``--dp-size N``, with or without ``--enable-dp-attention``).
+
+With ``dp_size`` > 1 SGLang runs one scheduler per DP rank, each with its own waiting queue, running batch and KV
+pool; its log lines carry the rank (``[2025-07-02 11:36:23 DP5 TP5] Decode batch. ...``). A shadow of such a
+server keeps one twin per rank: `RankRouter.twin_id` maps each event to ``<instance>#dp<rank>``:
+
+- events that name their rank (batch lines, retractions, metrics, KV events) go to that rank's twin;
+- request events (request logs, traces) name no rank: they are dispatched like SGLang's
+  ``DataParallelController`` (``managers/data_parallel_controller.py``) with its default ``round_robin``
+  (``load_balance_method`` ``auto`` resolves to ``round_robin`` outside PD prefill,
+  ``arg_groups/serving_hook.py:handle_load_balance_method``): the k-th arriving request of an instance goes to
+  rank k mod dp_size, and its later events (first token, finish) follow it;
+- an instance without DP ranks keeps its single twin under its own id.
+
+The DP size of an instance is its configured ``settings.dp_size`` or the ``dp_size`` of a ``server_config``
+event; before either is known, request events stay on the instance's own twin.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+RANK_SEP = "#dp"
+
+
+def rank_twin_id(instance_id: str, dp_rank: int) -> str:
+    return f"{instance_id}{RANK_SEP}{dp_rank}"
+
+
+def base_instance_id(twin_id: str) -> str:
+    """The SGLang instance a twin id belongs to (its own id for a single-scheduler instance)."""
+    return twin_id.split(RANK_SEP, 1)[0]
+
+
+@dataclass
+class RankRouter:
+    """Maps events to twin ids; ``configured_dp_size(instance_id)`` gives the DP size from the shadow config."""
+
+    configured_dp_size: Callable[[str], int] = lambda _iid: 1
+    _dp_size: dict[str, int] = field(default_factory=dict)
+    _next_rank: dict[str, int] = field(default_factory=dict)
+    _request_rank: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    _configured: dict[str, int] = field(default_factory=dict)  # configured_dp_size, asked once per instance
+
+    def dp_size(self, instance_id: str) -> int:
+        n = self._dp_size.get(instance_id)
+        if n:
+            return n
+        n = self._configured.get(instance_id)
+        if n is None:
+            n = self._configured[instance_id] = self.configured_dp_size(instance_id)
+        return n
+
+    def twin_id(self, ev: Any) -> str:
+        iid = ev.instance_id
+        if getattr(ev, "kind", None) == "server_config" and getattr(ev, "dp_size", None):
+            self._dp_size[iid] = int(ev.dp_size)
+        rank = getattr(ev, "dp_rank", None)
+        if rank is not None:
+            return rank_twin_id(iid, int(rank))
+        rid = getattr(ev, "request_id", None)
+        n = self.dp_size(iid)
+        if rid is None or n <= 1:
+            return iid
+        key = (iid, rid)
+        if key not in self._request_rank:
+            if getattr(ev, "kind", None) != "request_arrived":
+                return iid  # a request that arrived before the DP size was known stays on the instance twin
+            k = self._next_rank.get(iid, 0)
+            self._request_rank[key] = k % n
+            self._next_rank[iid] = k + 1
+        rank = self._request_rank[key]
+        if getattr(ev, "kind", None) == "request_finished":
+            del self._request_rank[key]
+        return rank_twin_id(iid, rank)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"dp_size": dict(self._dp_size), "next_rank": dict(self._next_rank),
+                "request_rank": [[i, r, k] for (i, r), k in sorted(self._request_rank.items())]}
+
+    def restore(self, data: dict[str, Any]) -> None:
+        self._dp_size = {k: int(v) for k, v in data.get("dp_size", {}).items()}
+        self._next_rank = {k: int(v) for k, v in data.get("next_rank", {}).items()}
+        self._request_rank = {(i, r): int(k) for i, r, k in data.get("request_rank", [])}

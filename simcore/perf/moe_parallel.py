@@ -1,0 +1,234 @@
+"""How a deployment splits the model over GPUs, and what that costs: expert parallelism, DeepEP all-to-all,
+multi-node tensor parallelism, and the per-op dtypes of a serving precision.
+
+`ParallelLayout` is the data (SGLang's own flags: ``--tp-size``, ``--ep-size``, ``--moe-a2a-backend``,
+``--enable-dp-attention``/``--dp-size``) plus the GPU's NVLink domain. `ParallelCosts` wraps the per-op costs of
+`simcore.perf.costs` (table or roofline) and changes only the two ops a layout changes:
+
+- **MoE** (``moe_s``). SGLang's standard dispatcher (``--moe-a2a-backend none``, the default;
+  ``layers/moe/token_dispatcher/standard.py:StandardDispatcher.dispatch``) keeps every token on every rank and
+  maps the top-k ids to the rank's local experts; each rank computes its ``experts / ep`` experts at
+  ``moe_intermediate / moe_tp`` width for all tokens, and one all-reduce over the whole TP group follows
+  (``fused_moe_triton/layer.py``: ``reduce_results and (moe_tp_size > 1 or moe_ep_size > 1)``). That is exactly
+  what aiconfigurator's MoE tables measured at (``moe_tp_size``, ``moe_ep_size``), looked up here with
+  ``moe_tp = tp / ep``. With ``--moe-a2a-backend deepep`` SGLang sets ``ep_size = tp_size``
+  (``arg_groups/overrides.py:_a2a_ep_size``); tokens are dispatched to their experts' ranks and combined back by
+  DeepEP, priced from the measured DeepEP tables (low-latency kernels for CUDA-graph decode steps, normal
+  kernels otherwise), and the MoE all-reduce disappears.
+- **All-reduce across nodes** (``allreduce_s``). Inside one NVLink domain the measured custom all-reduce
+  applies. A TP group larger than the domain (``tp > gpus_per_node``: TP16 on two 8-GPU nodes) runs NCCL's
+  hierarchical all-reduce: reduce-scatter inside each node, a ring all-reduce of each GPU's 1/g share between
+  the N nodes over the GPU's own NIC (``2(N−1)/N · bytes/g`` at ``inter_node_bytes_per_s``, ``2(N−1)`` network
+  hops of ``INTER_NODE_HOP_S``), all-gather inside the node. The two intra-node halves together cost one
+  measured intra-node all-reduce of the same message.
+
+Routing distribution: the MoE tables measured ``balanced`` routing and power-law skew (``power_law_1.01``); real
+traffic is skewed, so ``power_law`` is the default (as before this module), ``balanced`` the ideal.
+
+`op_dtypes` says which GEMM dtype each op class runs in for a precision: ``nvfp4`` (NVIDIA ModelOpt FP4
+checkpoints) runs the MLP and expert GEMMs in NVFP4 (the FlashInfer CuteDSL/TRT-LLM kernels the B200/B300 tables
+measured) and keeps attention projections in bf16; ``fp8`` on a block-quantized checkpoint (DeepSeek-V3/R1 ship
+``fp8_block``) runs the checkpoint's block-fp8 kernels.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from simcore.errors import UserError
+from simcore.perf.interp import Curve
+
+if TYPE_CHECKING:
+    from simcore.gpus import GpuSpec
+    from simcore.models.spec import ModelSpec
+    from simcore.settings import ServerSettings
+
+# One network hop of NCCL's inter-node ring (NIC + switch + protocol), aiconfigurator's ``p2p_latency`` (10 µs).
+INTER_NODE_HOP_S = 1.0e-5
+Routing = Literal["power_law", "balanced"]
+A2A_BACKENDS = ("none", "deepep")
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """One server's split over GPUs (SGLang's flag names). ``gpus_per_node``: the GPU's NVLink domain."""
+
+    tp_size: int = 1
+    ep_size: int = 1
+    dp_size: int = 1
+    enable_dp_attention: bool = False
+    moe_a2a_backend: str = "none"
+    gpus_per_node: int = 8
+    routing: Routing = "power_law"
+
+    def __post_init__(self) -> None:
+        if self.moe_a2a_backend not in A2A_BACKENDS:
+            raise UserError("--moe-a2a-backend", f"unknown backend {self.moe_a2a_backend!r}",
+                            f"use one of {', '.join(A2A_BACKENDS)}")
+        if self.moe_a2a_backend == "deepep" and self.ep_size != self.tp_size:
+            # SGLang adjusts ep_size to tp_size for the all-to-all backends (overrides.py:_a2a_ep_size)
+            object.__setattr__(self, "ep_size", self.tp_size)
+        if self.tp_size < 1 or self.ep_size < 1 or self.tp_size % self.ep_size:
+            raise UserError("--ep-size", f"--ep-size {self.ep_size} does not divide --tp-size {self.tp_size}",
+                            "use an --ep-size that divides --tp-size")
+        if self.enable_dp_attention and self.tp_size % self.dp_size:
+            raise UserError("--dp-size", f"--dp-size {self.dp_size} does not divide --tp-size {self.tp_size}",
+                            "use a --dp-size that divides --tp-size")
+        if self.routing not in ("power_law", "balanced"):
+            raise UserError("routing", f"unknown routing distribution {self.routing!r}", "use power_law or balanced")
+
+    @classmethod
+    def from_settings(cls, settings: "ServerSettings", gpu: "GpuSpec", routing: Routing = "power_law"
+                      ) -> "ParallelLayout":
+        return cls(tp_size=settings.tp_size, ep_size=settings.ep_size, dp_size=settings.dp_size,
+                   enable_dp_attention=settings.enable_dp_attention, moe_a2a_backend=settings.moe_a2a_backend,
+                   gpus_per_node=gpu.gpus_per_node, routing=routing)
+
+    @property
+    def moe_tp_size(self) -> int:
+        """Tensor-parallel width of each expert (SGLang's ``moe_tp_size = tp_size / ep_size``)."""
+        return self.tp_size // self.ep_size
+
+    @property
+    def attn_tp_size(self) -> int:
+        """Attention TP group: the whole TP group, or tp / dp with DP attention (``dp_attention.py``)."""
+        return self.tp_size // self.dp_size if self.enable_dp_attention else self.tp_size
+
+    @property
+    def num_nodes(self) -> int:
+        """NVLink domains the TP group spans."""
+        return math.ceil(self.tp_size / self.gpus_per_node)
+
+    @property
+    def is_trivial(self) -> bool:
+        """Plain single-domain TP: nothing here changes the costs."""
+        return self.ep_size == 1 and self.moe_a2a_backend == "none" and self.num_nodes == 1 \
+            and not self.enable_dp_attention
+
+
+@dataclass(frozen=True)
+class OpDtypes:
+    """GEMM dtype (a table key of `simcore.perf.tables.DTYPE_CODES`) per op class."""
+
+    attention: str
+    mlp: str
+    moe: str
+
+
+def op_dtypes(precision: str, model: "ModelSpec | None" = None) -> OpDtypes:
+    """Which kernels each op class runs for a (normalized) serving precision; see the module docstring."""
+    if precision == "nvfp4":
+        return OpDtypes("bf16", "nvfp4", "nvfp4")
+    if precision == "fp8" and model is not None and model.quantization == "fp8_block":
+        return OpDtypes("fp8_block", "fp8_block", "fp8_block")
+    gdt = precision if precision in ("fp8", "fp8_block") else ("int4" if precision == "int4" else "bf16")
+    return OpDtypes(gdt, gdt, gdt)
+
+
+@dataclass
+class DeepEpTable:
+    """DeepEP dispatch + combine latency (ms per layer call) by tokens per rank, for one expert configuration.
+
+    Columns of ``tables/<gpu>/deepep.npz``: ``normal`` (0 = low-latency kernels, 1 = normal kernels), ``hidden``,
+    ``tokens``, ``topk``, ``experts``, ``dispatch_ms``, ``combine_ms`` (aiconfigurator's one-node DeepEP tables)."""
+
+    cols: dict[str, np.ndarray]
+    _curves: dict[tuple[int, int, int, int], Curve | None] = field(default_factory=dict)
+
+    def curve(self, *, normal: bool, hidden: int, topk: int, experts: int) -> Curve | None:
+        key = (int(normal), hidden, topk, experts)
+        if key in self._curves:
+            return self._curves[key]
+        c = self.cols
+        m = (c["normal"] == int(normal)) & (c["hidden"] == hidden) & (c["topk"] == topk) & (c["experts"] == experts)
+        out = Curve(c["tokens"][m], c["dispatch_ms"][m] + c["combine_ms"][m]) if m.any() else None
+        self._curves[key] = out
+        return out
+
+
+def load_deepep(gpu_name: str) -> DeepEpTable | None:
+    """The GPU's vendored DeepEP table, or None."""
+    from simcore.perf.tables import _load_npz
+
+    cols = _load_npz(gpu_name, "deepep")
+    return DeepEpTable(cols) if cols is not None else None
+
+
+class ParallelCosts:
+    """Per-op costs of a layout: `moe_s` and `allreduce_s` changed as the module docstring says; every other op
+    is the wrapped costs' own (``__getattr__``)."""
+
+    def __init__(self, base: Any, layout: ParallelLayout, gpu: "GpuSpec", model: "ModelSpec") -> None:
+        self.base = base
+        self.layout = layout
+        self.gpu = gpu
+        self.model = model
+        self.roof = getattr(base, "roof", base)
+        self.tables = getattr(base, "tables", None)
+        self.deepep = load_deepep(gpu.name) if layout.moe_a2a_backend == "deepep" else None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
+
+    # ---- MoE ----------------------------------------------------------------------------------------------------
+    def moe_s(self, tokens: float, hidden: int, inter: int, top_k: int, experts: int, dtype: str,
+              tp: int = 1) -> float:
+        """One MoE layer on one rank. ``inter`` is the caller's per-rank width at TP ``tp`` (``rank_shapes``);
+        the layout's own split (moe_tp × ep) replaces it."""
+        lay = self.layout
+        full_inter = inter * tp
+        if lay.moe_a2a_backend == "deepep":
+            # with DP attention each rank holds tokens/dp of the batch the step model priced; the experts see the
+            # whole batch's routed tokens, the all-to-all moves each rank's share
+            local = tokens / lay.dp_size if lay.enable_dp_attention else tokens
+            return self._expert_compute_s(tokens, hidden, full_inter, top_k, experts, dtype) \
+                + self.a2a_s(local, hidden, top_k, experts, graph=tokens <= 256)
+        return self._expert_compute_s(tokens, hidden, full_inter, top_k, experts, dtype)
+
+    def _expert_compute_s(self, tokens: float, hidden: int, full_inter: int, top_k: int, experts: int,
+                          dtype: str) -> float:
+        lay = self.layout
+        mt = getattr(self.tables, "moe", None) if self.tables is not None else None
+        if mt is not None:
+            c = mt.curve(dtype=dtype, hidden=hidden, inter=full_inter, topk=top_k, experts=experts,
+                         tp=lay.moe_tp_size, ep=lay.ep_size, power_law=lay.routing == "power_law")
+            if c is not None:
+                return c(tokens) * 1e-3
+        # roofline: this rank's experts/ep experts at full_inter/moe_tp width, receiving top_k/ep of the routes
+        return self.roof.moe_s(tokens, hidden, max(1, full_inter // lay.moe_tp_size), top_k / lay.ep_size,
+                               max(1, experts // lay.ep_size), dtype)
+
+    def a2a_s(self, tokens_per_rank: float, hidden: int, top_k: int, experts: int, graph: bool) -> float:
+        """DeepEP dispatch + combine for one layer: measured when the table has the shape, else roofline (each
+        token's hidden state to its top-k experts' ranks and back, bf16, over NVLink or the NIC)."""
+        if self.deepep is not None:
+            c = self.deepep.curve(normal=not graph, hidden=hidden, topk=top_k, experts=experts)
+            if c is not None:
+                return c(max(1.0, tokens_per_rank)) * 1e-3
+        lay = self.layout
+        remote = (lay.ep_size - 1) / lay.ep_size
+        byts = 2.0 * tokens_per_rank * top_k * hidden * 2.0 * remote  # dispatch + combine
+        bw = self.gpu.nvlink_bytes_per_s if lay.num_nodes == 1 else self.gpu.inter_node_bytes_per_s
+        return byts / (bw * self.roof.p("comm_eff")) + 2 * self.roof.p("comm_floor_s")
+
+    # ---- all-reduce ---------------------------------------------------------------------------------------------
+    def allreduce_s(self, message_bytes: float, num_gpus: int, graph: bool) -> float:
+        lay = self.layout
+        if lay.moe_a2a_backend == "deepep" or lay.enable_dp_attention:
+            num_gpus = min(num_gpus, lay.attn_tp_size)  # only the attention TP group reduces
+        g = self.gpu.gpus_per_node
+        if num_gpus <= g:
+            return self.base.allreduce_s(message_bytes, num_gpus, graph)
+        return self.multinode_allreduce_s(message_bytes, num_gpus, graph)
+
+    def multinode_allreduce_s(self, message_bytes: float, num_gpus: int, graph: bool) -> float:
+        """NCCL's hierarchical all-reduce over ``num_gpus / gpus_per_node`` nodes (module docstring)."""
+        g = self.gpu.gpus_per_node
+        nodes = math.ceil(num_gpus / g)
+        intra = self.base.allreduce_s(message_bytes, g, graph)
+        wire = 2.0 * (nodes - 1) / nodes * message_bytes / g
+        inter = wire / (self.gpu.inter_node_bytes_per_s * self.roof.p("comm_eff")) + 2 * (nodes - 1) * INTER_NODE_HOP_S
+        return intra + inter

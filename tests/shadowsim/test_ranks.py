@@ -1,0 +1,61 @@
+"""Per-rank twins of a data-parallel server (shadowsim/shadow/ranks.py), driven by a real DP-attention log.
+
+The log: SGLang 0.4.8.post1, DeepSeek-R1 PD decode node, TP32 DP32 with --enable-dp-attention on 4×8 H800
+(sgl-project/sglang#7707; ../shared/data/sglang_logs/CATALOG.json). Nine ``Decode batch`` lines from DP ranks
+0, 1, 2, 4, 5, 6, 7 (5, 6 and 7 twice), each rank with its own running request and KV tokens.
+Request dispatch follows SGLang's DataParallelController default, round robin
+(managers/data_parallel_controller.py:round_robin_scheduler; arg_groups/serving_hook.py: auto → round_robin).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from shadowsim.shadow.config import InstanceConfig, ShadowConfig, SnapshotConfig
+from shadowsim.shadow.engine import engine_factory
+from shadowsim.shadow.ranks import RankRouter, base_instance_id, rank_twin_id
+from shadowsim.shadow.service import ShadowService
+from shadowsim.shadow.sources import MemorySource, Record
+from simcore.events import DecodeBatch, RequestArrived, RequestFinished, RequestFirstToken
+from streams.decode import iter_file_events
+
+LOG = "data/sglang_logs/issue7707_v0.4.8_deepseek-r1_pd-decode_dp8-attn_tbo_decode-prealloc_crash.log"
+
+
+def test_dp_attention_log_drives_one_twin_per_rank(shared_dir, tmp_path: Path) -> None:
+    events = [it.event for it in iter_file_events(shared_dir / LOG, instance_id="r1-decode")
+              if isinstance(it.event, DecodeBatch)]
+    assert len(events) == 9
+    cfg = ShadowConfig(instances={"default": InstanceConfig(model="unknown", latency_backend="linear")},
+                       snapshot=SnapshotConfig(dir=tmp_path / "state", every_s=1e9, every_events=10_000))
+    recs = tuple(Record("sglang.events", 0, i, b"r1-decode", [ev]) for i, ev in enumerate(events))
+    svc = ShadowService(cfg, lambda a, r: MemorySource(recs, a, r), engine_factory, clock=lambda: 0.0)
+    assert svc.run(idle_timeout_s=0) == 9
+    assert sorted(svc.twins) == [rank_twin_id("r1-decode", k) for k in (0, 1, 2, 4, 5, 6, 7)]
+    # each twin saw its own rank's lines only: DP0 has 13,148 KV tokens, DP1 647 (token usage 0.04 vs 0.00)
+    assert svc.twins["r1-decode#dp0"].stats.events_processed == 1
+    assert svc.twins["r1-decode#dp5"].stats.events_processed == 2
+    assert svc.twins["r1-decode#dp0"].observed["kv_usage"] == 0.04
+    assert svc.twins["r1-decode#dp1"].observed["kv_usage"] == 0.0
+    assert {base_instance_id(t) for t in svc.twins} == {"r1-decode"}
+    svc.close()
+
+
+def test_requests_are_dispatched_round_robin_and_followed() -> None:
+    router = RankRouter(lambda iid: 3 if iid == "dp" else 1)
+    common = {"instance_id": "dp", "source": "t"}
+
+    def arrived(rid: str) -> RequestArrived:
+        return RequestArrived(ts=1.0, event_id=f"{rid}:a", request_id=rid, prompt_tokens=10, **common)
+
+    ranks = [router.twin_id(arrived(f"r{k}")) for k in range(5)]
+    assert ranks == ["dp#dp0", "dp#dp1", "dp#dp2", "dp#dp0", "dp#dp1"]
+    first = RequestFirstToken(ts=2.0, event_id="r4:f", request_id="r4", ttft_s=1.0, **common)
+    done = RequestFinished(ts=3.0, event_id="r4:d", request_id="r4", prompt_tokens=10, output_tokens=3, **common)
+    assert router.twin_id(first) == router.twin_id(done) == "dp#dp1"
+    single = RequestArrived(ts=1.0, event_id="x", request_id="x", prompt_tokens=1, instance_id="tp", source="t")
+    assert router.twin_id(single) == "tp"  # no DP: the instance's own twin
+    state = router.snapshot()
+    again = RankRouter(lambda iid: 3)
+    again.restore(state)
+    assert again.twin_id(RequestFinished(ts=3.0, event_id="r3:d", request_id="r3", prompt_tokens=10, output_tokens=1,
+                                         **common)) == "dp#dp0"

@@ -1,0 +1,86 @@
+"""A shadow replay of a real EAGLE log predicts its decode cadence (shadowsim/shadow/speculative.py).
+
+The log: SGLang 0.4.6.post1, QwQ-32B + EAGLE draft (num-steps 3), TP8 on 8× H20, one request decoding
+(sgl-project/sglang#6949; ../shared/data/sglang_logs/CATALOG.json). Seven ``Decode batch`` lines, each over 40
+iterations (#token grows by 40 × accept len between lines: 9448 → 9537 is 89 ≈ 40 × 2.23), with ``accept len``
+1.88–2.45 and ``gen throughput`` 65.9–84.5 tokens/s. QwQ-32B's shape is its config.json (Qwen2ForCausalLM: 64
+layers, hidden 5120, 40 query / 8 KV heads of 128, MLP 27648, vocabulary 152064).
+"""
+from __future__ import annotations
+
+import pytest
+
+from shadowsim.shadow.speculative import SpeculativeCadence
+from simcore.events import DecodeBatch
+from simcore.gpus import load_gpu
+from simcore.models.spec import ModelSpec
+from simcore.perf import build_latency_model
+from simcore.speculative import SpeculativeConfig, draft_model_spec
+from streams.decode import iter_file_events
+
+LOG = "data/sglang_logs/issue6949_v0.4.6.post1_qwq32b_tp8_h20_eagle_decode-accept-len.log"
+QWQ_32B = ModelSpec(name="Qwen/QwQ-32B", architecture="Qwen2ForCausalLM", num_layers=64, hidden_size=5120,
+                    num_heads=40, num_kv_heads=8, head_dim=128, v_head_dim=128, intermediate_size=27648,
+                    vocab_size=152064, context_length=40960)
+
+
+def _cadence() -> SpeculativeCadence:
+    gpu = load_gpu("h20")
+    return SpeculativeCadence(SpeculativeConfig("EAGLE", 3, 1, 4), build_latency_model(QWQ_32B, gpu, 8, "bf16"),
+                              build_latency_model(draft_model_spec(QWQ_32B, "EAGLE"), gpu, 8, "bf16"))
+
+
+def test_replay_of_a_real_eagle_log_predicts_its_cadence(shared_dir) -> None:
+    events = [it.event for it in iter_file_events(shared_dir / LOG) if isinstance(it.event, DecodeBatch)]
+    assert [e.accept_len for e in events] == [2.38, 2.23, 2.45, 2.08, 2.42, 1.88, 2.23]
+    cad = _cadence()
+    preds = cad.replay(events)
+    assert len(preds) == 7
+    # line 2 by hand: acceptance = (prior 2.5 × weight 1 + 2.38 × 40 passes) / 41; the time factor makes line 1's
+    # iteration (1 × 2.38 / 79.63 s) exact, and both lines price the same iteration (draft extend of 2 tokens) but
+    # for the 89 more KV tokens line 2 attends over (0.01% of the iteration)
+    accept = (2.5 + 2.38 * 40) / 41
+    assert preds[1].predicted_accept_len == pytest.approx(accept)
+    assert preds[1].predicted_tok_s == pytest.approx(accept * 79.63 / 2.38, rel=2e-4)
+    # every later line is predicted from the lines before it: within 21% each, 8% on average (measured 8.1%)
+    errors = [p.ape_pct for p in preds[1:]]
+    assert max(errors) <= 21.0 and sum(errors) / len(errors) <= 9.0
+    # what the shadow learned: the acceptance mean and the iteration time of this server
+    assert cad.acceptance.mean == pytest.approx(2.23, abs=0.03)
+    observed_iteration = [e.accept_len / e.gen_throughput_tok_s for e in events]
+    assert preds[-1].iteration_s == pytest.approx(sum(observed_iteration) / 7, rel=0.02)  # ≈ 29 ms
+    assert cad.acceptance.model().pmf()[0] == pytest.approx(1 - cad.acceptance.model().accept_prob)
+
+
+def test_a_line_without_requests_is_not_predicted() -> None:
+    cad = _cadence()
+    idle = DecodeBatch(instance_id="x", ts=1.0, source="t", event_id="1", running_reqs=0, kv_tokens=0,
+                       token_usage=0.0, gen_throughput_tok_s=0.0, queue_reqs=0, accept_len=None)
+    assert cad.observe(idle) is None and cad.acceptance.lines == 0
+
+
+def test_the_twin_learns_acceptance_from_accept_len_and_keeps_it_in_its_snapshot(shared_dir, tmp_path) -> None:
+    from shadowsim.shadow.config import InstanceConfig, ShadowConfig, SnapshotConfig
+    from shadowsim.shadow.engine import engine_factory
+    from shadowsim.shadow.service import ShadowService
+    from shadowsim.shadow.sources import MemorySource, Record
+
+    events = [it.event for it in iter_file_events(shared_dir / LOG, instance_id="eagle")
+              if isinstance(it.event, DecodeBatch)]
+    cfg = ShadowConfig(instances={"default": InstanceConfig(latency_backend="linear",
+                                                            settings={"speculative_num_steps": 3})},
+                       snapshot=SnapshotConfig(dir=tmp_path / "s", every_s=1e9, every_events=10_000))
+    recs = tuple(Record("sglang.events", 0, i, b"eagle", [ev]) for i, ev in enumerate(events))
+    svc = ShadowService(cfg, lambda a, r: MemorySource(recs, a, r), engine_factory, clock=lambda: 0.0)
+    svc.run(idle_timeout_s=0)
+    twin = svc.twins["eagle"]
+    # 7 lines of one request × 40 iterations each (older lines decayed by 0.999 per pass), prior 1 pass at 1.0
+    forgetting = [0.999 ** (40 * k) for k in range(6, -1, -1)]
+    hand = (sum(f * a * 40 for f, a in zip(forgetting, [e.accept_len for e in events]))
+            + 1.0 * 1.0) / (sum(f * 40 for f in forgetting) + 1.0)
+    assert twin.acceptance.lines == 7 and twin.acceptance.mean == pytest.approx(hand)
+    assert twin.acceptance.max_len == 4
+    again = type(twin)(twin.instance_id, twin.cfg, twin.time_cfg, twin.drift_cfg, engine_factory, lambda: 0.0)
+    again.restore(twin.snapshot())
+    assert again.acceptance.mean == twin.acceptance.mean
+    svc.close()
