@@ -162,7 +162,7 @@ def _pareto_keys(text: str) -> list[str]:
     bad = [k for k in keys if k not in LATENCIES]
     if bad or not keys:
         raise UserError("--pareto", f"unknown latency {', '.join(bad) or '(none)'}",
-                        f"use names like ttft_p90,tpot_p99 (from {', '.join(LATENCIES)})")
+                        f"use names like ttft_p90_ms,tpot_p99_ms (from {', '.join(LATENCIES)})")
     return keys
 
 
