@@ -445,6 +445,6 @@ def validate(measurements: str | Path, *, profile: str | Path | None = None, lat
 def report(*results: Any, path: str | Path = "report.html", title: str | None = None) -> Path:
     """Write one self-contained HTML report (inline SVG, nothing fetched) of predictions, sweeps and
     validations. Needs the plotting extra: ``pip install 'shadowsim[report]'``."""
-    from shadowsim.report import write_report
+    from shadowsim.html_report import write_report
 
     return write_report(list(results), Path(path), title=title)

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         _write_records(args.out, pred.records)
     if args.report:
-        from shadowsim.report import write_report
+        from shadowsim.html_report import write_report
 
         write_report([pred], Path(args.report))
     summary = {**pred.summary, "memory": pred.memory}

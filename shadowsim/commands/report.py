@@ -50,7 +50,7 @@ def load_result(path: str) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shadowsim.report import write_report
+    from shadowsim.html_report import write_report
 
     out = Path(args.out)
     if out.suffix.lower() not in (".html", ".htm"):

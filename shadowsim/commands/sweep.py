@@ -317,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         _write_csv(args.out, result)
     if args.report:
-        from shadowsim.report import write_report
+        from shadowsim.html_report import write_report
 
         write_report([res], Path(args.report))
     if args.json:

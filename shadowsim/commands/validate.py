@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     out.pop("_results", None)
     if getattr(args, "report", None):
         from shadowsim.api import Validation
-        from shadowsim.report import write_report
+        from shadowsim.html_report import write_report
 
         write_report([Validation.from_dict(out, str(args.measurements))], Path(args.report))
     if args.out:

@@ -73,3 +73,15 @@ def test_sweep_result_methods_match_brute_force() -> None:
     assert {p["id"] for p in s.pareto()} == set(s.raw["pareto"])  # the API and the CLI's JSON agree
     back = SweepResult.from_dict(json.loads(json.dumps(s.to_dict())))
     assert [p["id"] for p in back.pareto()] == [p["id"] for p in s.pareto()] and back.best() == s.best()
+
+
+def test_report_stays_the_function_after_the_html_package_is_imported() -> None:
+    # A sub-package named like the API function would replace it on the parent package once imported
+    # (Python binds submodules as attributes of their package): shadowsim.report must stay callable.
+    import importlib
+
+    import shadowsim
+
+    importlib.import_module("shadowsim.html_report")
+    assert callable(shadowsim.report)
+    assert shadowsim.report.__module__ == "shadowsim.api"

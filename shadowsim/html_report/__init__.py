@@ -12,7 +12,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from shadowsim.report import figures
+from shadowsim.html_report import figures
 from simcore.errors import UserError
 
 CSS = """
