@@ -46,6 +46,8 @@ _COUNTER_DOC = {
 _GAUGES = (("queue", "queue_requests", "waiting requests"),
            ("running", "running_requests", "running requests"),
            ("kv_usage", "kv_usage_ratio", "KV pool in use / capacity"))
+#: ``kind`` values of shadowsim_recoveries_total (ShadowService.counters)
+_RECOVERY_KINDS = ("twin_rebuilds", "twin_resets", "snapshot_fallbacks", "offset_resets")
 
 
 class ShadowCollector(Collector):
@@ -87,6 +89,16 @@ class ShadowCollector(Collector):
                                  labels=[INSTANCE_LABEL])
         dead = CounterMetricFamily(P + "events_dead_lettered", "records sent to the dead-letter topic",
                                    labels=["reason"])
+        expired = CounterMetricFamily(P + "requests_expired", "requests forgotten unjoined (finish never came)",
+                                      labels=[INSTANCE_LABEL])
+        skipped = CounterMetricFamily(P + "records_skipped", "records with nothing of SGLang's in them",
+                                      labels=["reason"])
+        skipped.add_metric(["not_sglang"], float(view.records_skipped))
+        recoveries = CounterMetricFamily(P + "recoveries", "what the service repaired: twins rebuilt or reset, "
+                                         "snapshot fallbacks, offset resets", labels=["kind"])
+        for kind in _RECOVERY_KINDS:
+            recoveries.add_metric([kind], float(view.service_counters.get(kind, 0)))
+        service = [skipped, recoveries]
         for v in view.instances:
             lv = [v.instance, v.model]
             build.add_metric([v.version, v.model, v.instance, v.latency_model, v.calibration_hash,
@@ -117,6 +129,7 @@ class ShadowCollector(Collector):
                 for src, x in v.gauges.get(k, {}).items():
                     fam.add_metric([*lv, src], x)
             processed.add_metric([v.instance], float(v.events_processed))
+            expired.add_metric([v.instance], float(v.requests_expired))
             late.add_metric([v.instance], float(v.events_late))
             if v.shadow_lag_s is not None:
                 lag.add_metric([v.instance], v.shadow_lag_s)
@@ -138,6 +151,8 @@ class ShadowCollector(Collector):
         yield processed
         yield late
         yield dead
+        yield expired
+        yield from service
         yield lag
         yield last
 

@@ -7,7 +7,7 @@ Units: seconds (``*_s``, ``*_ts`` are Unix seconds), ratios (``mape``, ``thresho
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
@@ -50,6 +50,7 @@ class InstanceView:
     last_event_wall_ts: float | None
     simulated_ts: float | None
     alerts: list[dict[str, Any]]
+    requests_expired: int = 0  # forgotten unjoined after max_wait_s + pending_expiry_margin_s
 
 
 @dataclass(frozen=True)
@@ -58,3 +59,6 @@ class ShadowView:
     dead_letters: dict[str, int]  # reason -> records dead-lettered
     records_processed: int
     checkpoints: int
+    records_skipped: int = 0  # records with nothing of SGLang's in them
+    #: twin_rebuilds, twin_resets, snapshot_fallbacks, offset_resets (shadowsim.shadow.service.ShadowService.counters)
+    service_counters: dict[str, int] = field(default_factory=dict)

@@ -11,6 +11,11 @@ header              value (UTF-8)
 ``error``            why it was rejected (first line of the error, ≤ 1000 B)
 =================== =========================================================
 
+A value longer than the consumer's ``max_dead_letter_bytes`` (default 900,000, below the broker's default 1 MB
+message limit) is cut to that length and gets a ``truncated_from_bytes`` header (its original length, decimal), so a
+huge bad record is still parked instead of being refused by the broker. Keys are cut to 4096 bytes, and the original
+headers are left out (header ``orig_headers_dropped``: their count) when together they exceed 65,536 bytes.
+
 The original record's headers follow, each name prefixed with ``orig.``. The dead letter goes to partition
 ``source_partition % partitions(dead-letter topic)``, so the dead letters of one source partition stay in order.
 
@@ -36,6 +41,21 @@ from typing import Any
 #: Kafka has no header size limit to speak of, but a 1 MB pydantic error dump helps nobody.
 MAX_ERROR_BYTES = 1000
 ORIG_PREFIX = "orig."
+DEFAULT_MAX_DEAD_LETTER_BYTES = 900_000
+MAX_DEAD_LETTER_KEY_BYTES = 4096
+TRUNCATED_HEADER = "truncated_from_bytes"
+MAX_ORIGINAL_HEADER_BYTES = 65536
+
+
+def truncate_value(value: bytes | None, limit: int) -> tuple[bytes | None, list[tuple[str, bytes]]]:
+    """``value`` cut to ``limit`` bytes, and the header saying so (none when it fits)."""
+    if value is None or len(value) <= limit:
+        return value, []
+    return bytes(value[:limit]), [(TRUNCATED_HEADER, str(len(value)).encode())]
+
+
+def cut_key(key: bytes | None, limit: int) -> bytes | None:
+    return key if key is None or len(key) <= limit else bytes(key[:limit])
 _SOURCE_HEADERS = frozenset({"source_topic", "source_partition", "source_offset", "error"})
 
 
@@ -56,7 +76,10 @@ def dead_letter_headers(topic: str, partition: int, offset: int, error: BaseExce
         ("source_offset", str(offset).encode()),
         ("error", error_text(error).encode()),
     ]
-    for name, value in original or []:
+    original = original or []
+    if sum(len(n) + len(v or b"") for n, v in original) > MAX_ORIGINAL_HEADER_BYTES:
+        return headers + [("orig_headers_dropped", str(len(original)).encode())]
+    for name, value in original:
         headers.append((ORIG_PREFIX + name, value if value is not None else b""))
     return headers
 

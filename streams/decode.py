@@ -76,7 +76,10 @@ def _parse_line(line: str, ctx: ParseContext, fmt: str) -> LineResult:
             return obj if isinstance(obj, str) else (traces.from_sharegpt_stream(obj, ctx) if isinstance(obj, dict)
                                                      else "sharegpt: not a JSON object")
         if fmt == "sglang_log" and not s.endswith("}"):
-            return sglang_log.parse_line(line, ctx)
+            # a log line that happens to start with a brace, or a JSON line cut short: the latter must not vanish
+            # as a quiet skip (issue 11: a quarter of fuzzed bad records did)
+            res = sglang_log.parse_line(line, ctx)
+            return res if res else "json: not valid JSON (truncated?)"
         return jsonline.parse_json_text(s, ctx)
     if fmt in ("json", "events", "mooncake", "sharegpt", "otlp_json"):
         return None

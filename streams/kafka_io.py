@@ -35,12 +35,16 @@ from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from simcore.events import Event, event_to_json
-from streams.deadletter import dead_letter_headers, error_text
+from streams.deadletter import (DEFAULT_MAX_DEAD_LETTER_BYTES, MAX_DEAD_LETTER_KEY_BYTES, cut_key, dead_letter_headers,
+                                error_text, truncate_value)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TOPIC = "sglang.events"
 DEFAULT_DLQ_TOPIC = "sglang.events.dlq"
+
+#: records longer than this are dead-lettered undecoded (reason too_large): no parser is asked to scan them
+MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 TP = tuple[str, int]  # (topic, partition): plain tuples in our interface, kafka-python's TopicPartition inside
 
@@ -53,13 +57,18 @@ class RecordDecoder:
     SGLang's are skipped quietly); ``fmt="events"`` accepts canonical event JSON only and dead-letters the rest.
     """
 
-    def __init__(self, fmt: str = "auto") -> None:
+    def __init__(self, fmt: str = "auto", max_record_bytes: int = MAX_RECORD_BYTES) -> None:
         from streams.decode import FORMATS  # noqa: PLC0415
 
         if fmt not in FORMATS:
             raise ValueError(f"unknown record format {fmt!r}; choose one of {', '.join(FORMATS)}")
         self.fmt = fmt
         self._contexts: dict[tuple[str, int, bytes | None], Any] = {}
+        self._fast = fmt in ("auto", "sglang_log")
+        self.max_record_bytes = max_record_bytes
+        from streams.adapters.sglang_log import parse_line  # noqa: PLC0415
+
+        self._parse_log_line = parse_line
 
     def reset(self) -> None:
         """Forget parse contexts (after a rebalance the partitions may have moved)."""
@@ -70,12 +79,32 @@ class RecordDecoder:
         from streams.adapters.base import ParseContext  # noqa: PLC0415
         from streams.decode import decode_record  # noqa: PLC0415
 
+        if len(value) > self.max_record_bytes:
+            return [], f"too_large: record of {len(value)} bytes (at most {self.max_record_bytes})"
         ckey = (topic, partition, key)
         ctx = self._contexts.get(ckey)
         if ctx is None:
             if len(self._contexts) > 10_000:  # keys are instance ids, so this only trips on a key-less flood
                 self._contexts.clear()
             ctx = self._contexts[ckey] = ParseContext(source=topic)
+            if key:
+                iid = key.decode("utf-8", errors="replace").strip()
+                if iid:
+                    ctx.instance_id = iid
+                    ctx.scratch["instance_fixed"] = True
+        if self._fast and key and value[:1] == b"[" and value.find(b"\n", 0, len(value) - 1) < 0:
+            # The commonest record, one bracketed SGLang log line with its instance as key: straight to the log
+            # parser (what decode_record would do, without its per-record dispatch; ctx already names the instance)
+            if timestamp_s is not None:
+                ctx.default_ts = timestamp_s
+            ctx.line_no += 1
+            try:
+                got = self._parse_log_line(value.decode("utf-8", errors="replace"), ctx)
+            except Exception as exc:  # noqa: BLE001 - never raise on content
+                return [], f"internal error: {type(exc).__name__}: {exc}"[:300]
+            if got.__class__ is list:
+                return got, None  # type: ignore[return-value]
+            return [], (got if isinstance(got, str) else None)
         res = decode_record(value, key=key, source=topic, headers=dict(headers), fmt=self.fmt,
                             timestamp_s=timestamp_s, ctx=ctx)
         error = "; ".join(d.reason for d in res.dead_letters) if res.dead_letters else None
@@ -94,6 +123,8 @@ class ConsumedRecord:
     events: list[Event] = field(default_factory=list)
     error: str | None = None
     timestamp_ms: int | None = None
+    value: bytes | None = field(default=None, repr=False)  # the raw bytes, for a dead letter the caller decides on
+    headers: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
 
     @property
     def next_offset(self) -> int:
@@ -169,7 +200,7 @@ class EventConsumer:
                  on_revoke: Callable[[set[TP]], None] | None = None,
                  session_timeout_ms: int = 10000, max_poll_records: int = 2000,
                  record_format: str = "auto", decoder: RecordDecoder | None = None,
-                 dedupe_dead_letters: bool = True,
+                 dedupe_dead_letters: bool = True, max_dead_letter_bytes: int = DEFAULT_MAX_DEAD_LETTER_BYTES,
                  **kafka_options: Any) -> None:
         self.topic = topic
         self._bootstrap_servers = bootstrap_servers
@@ -202,6 +233,8 @@ class EventConsumer:
                                       **self._security)
         self._seeked: set[TP] = set()
         self.dead_letters = 0
+        self.dead_letters_failed = 0
+        self.max_dead_letter_bytes = max_dead_letter_bytes
 
     # -- reading -------------------------------------------------------------------------------------------------
     def poll_batch(self, timeout_s: float = 1.0, max_records: int | None = None) -> list[ConsumedRecord]:
@@ -235,24 +268,43 @@ class EventConsumer:
                 events, err = [], error_text(exc)
         if err is not None:
             self._dead_letter(rec, error_text(err), headers)
-        return ConsumedRecord(rec.topic, rec.partition, rec.offset, rec.key, events, err, rec.timestamp)
+        return ConsumedRecord(rec.topic, rec.partition, rec.offset, rec.key, events, err, rec.timestamp,
+                              rec.value, tuple(headers))
+
+    def dead_letter(self, record: ConsumedRecord, reason: str) -> None:
+        """Park a record that decoded but that the caller refused (out of its time window, say), like a record that
+        did not decode: same headers, ``error`` = ``reason``."""
+        self._dead_letter(record, error_text(reason), list(record.headers))
 
     def _dead_letter(self, rec: Any, err: str, headers: list[tuple[str, bytes]]) -> None:
+        """Produce the dead letter of ``rec``. Never raises: a dead letter the broker refuses is logged and
+        counted in ``dead_letters_failed`` (the record is still counted by reason by its consumer)."""
         self.dead_letters += 1
         if self._dlq is None or self.dead_letter_topic is None:
             log.warning("dropping bad record %s/%d@%d: %s", rec.topic, rec.partition, rec.offset, err)
             return
-        if self._dlq_partitions is None:
-            parts = self._dlq.partitions_for(self.dead_letter_topic)
-            self._dlq_partitions = max(1, len(parts or ()))
-        if self._dedupe:
-            parked = self._parked_offsets(rec.topic, rec.partition)
-            if rec.offset in parked:
-                return  # a previous owner of the partition parked it already
-            parked.add(rec.offset)
-        self._dlq.send(self.dead_letter_topic, key=rec.key, value=rec.value,
-                       partition=rec.partition % self._dlq_partitions,
-                       headers=dead_letter_headers(rec.topic, rec.partition, rec.offset, err, headers))
+        try:
+            if self._dlq_partitions is None:
+                parts = self._dlq.partitions_for(self.dead_letter_topic)
+                self._dlq_partitions = max(1, len(parts or ()))
+            if self._dedupe:
+                parked = self._parked_offsets(rec.topic, rec.partition)
+                if rec.offset in parked:
+                    return  # a previous owner of the partition parked it already
+                parked.add(rec.offset)
+            value, extra = truncate_value(rec.value, self.max_dead_letter_bytes)
+            future = self._dlq.send(self.dead_letter_topic, key=cut_key(rec.key, MAX_DEAD_LETTER_KEY_BYTES),
+                                    value=value, partition=rec.partition % self._dlq_partitions,
+                                    headers=dead_letter_headers(rec.topic, rec.partition, rec.offset, err,
+                                                                headers) + extra)
+            future.add_errback(self._dead_letter_failed, rec.topic, rec.partition, rec.offset)
+        except Exception as exc:  # noqa: BLE001 - a refused dead letter must not stop the consumer
+            self._dead_letter_failed(rec.topic, rec.partition, rec.offset, exc)
+
+    def _dead_letter_failed(self, topic: str, partition: int, offset: int, exc: BaseException) -> None:
+        self.dead_letters_failed += 1
+        log.error("dead letter of %s/%d@%d not produced (%s: %s); the record is still counted by reason", topic,
+                  partition, offset, type(exc).__name__, exc)
 
     def _parked_offsets(self, topic: str, partition: int) -> set[int]:
         """Source offsets of ``topic``/``partition`` already on the dead-letter topic (read once per assignment)."""
@@ -298,6 +350,13 @@ class EventConsumer:
     def position(self, partition: int | TP) -> int:
         """The offset of the next record ``poll_batch`` returns for ``partition``."""
         return int(self._consumer.position(self._tp(partition)))
+
+    def offset_range(self, partition: int | TP) -> tuple[int, int]:
+        """(earliest offset still in the log, end offset) of ``partition``."""
+        tp = self._tp(partition)
+        lo = self._consumer.beginning_offsets([tp])[tp]
+        hi = self._consumer.end_offsets([tp])[tp]
+        return int(lo), int(hi)
 
     def committed(self, partition: int | TP) -> int | None:
         """The group's committed offset for ``partition`` (the next offset to read), or ``None``."""

@@ -64,7 +64,9 @@ class StepTimeline:
     def prune(self, before_ts: float) -> None:
         """Forget steps older than ``before_ts``; keep one so that S() stays right for later times."""
         i = bisect.bisect_left(self.ts, before_ts)
-        if i > 1:
+        # Deleting from the front of a list costs its length: do it once enough has piled up (a quarter of the
+        # list, at least 64 steps), so the work per event stays O(1) amortized however long requests live.
+        if i > 1 and i - 1 >= max(64, len(self.ts) >> 2):
             del self.ts[: i - 1]
             del self.cum_s[: i - 1]
 
@@ -121,7 +123,7 @@ class Anchor:
     def on_prefill_batch(self, ev: PrefillBatch) -> None:
         if self.timeline.saw_forward_passes:
             return  # the exact per-step feed is there; log lines would count the same steps twice
-        n = max(1, ev.new_seqs)
+        n = max(1, ev.new_seqs)  # at most MAX_BATCH_REQS (simcore.events)
         shape = BatchShape(extend_lens=_spread(max(ev.new_tokens, n), n), prefix_lens=_spread(ev.cached_tokens, n))
         self.timeline.add(ev.ts, step_time_s(self.latency, shape, self.overlap))
 

@@ -89,6 +89,13 @@ class TimeConfig(_Frozen):
     max_wait_s: float = Field(60.0, gt=0, description="a request still running after this long is simulated "
                               "with an estimated output length")
     default_output_tokens: int = Field(256, ge=1, description="estimate before any request of the instance finished")
+    pending_expiry_margin_s: float = Field(600.0, ge=0, description="a request neither finished nor simulated "
+                                           "max_wait_s + this after its arrival (event time) is forgotten, counted "
+                                           "in requests_expired")
+    max_future_s: float = Field(3600.0, gt=0, description="a record with an event more than this ahead of its "
+                                "partition's newest accepted event time is dead-lettered (ts_window)")
+    max_past_s: float = Field(86400.0, gt=0, description="a record with an event more than this behind its "
+                              "partition's newest accepted event time is dead-lettered (ts_window)")
 
 
 class DriftConfig(_Frozen):
@@ -109,6 +116,19 @@ class SnapshotConfig(_Frozen):
     dir: Path = Path("shadow-state")
     every_s: float = Field(10.0, gt=0, description="wall seconds between checkpoints")
     every_events: int = Field(5000, ge=1, description="events between checkpoints")
+    keep: int = Field(3, ge=1, description="checkpoints kept per partition (a corrupt newest one falls back to "
+                      "the next)")
+
+
+class LimitsConfig(_Frozen):
+    """Bounds that keep one process's memory and work finite whatever the input (docs/shadow.md, "Limits")."""
+
+    max_twins: int = Field(2000, ge=1, description="twins per process; records of further instance ids that "
+                           "shadow.yaml does not name are dead-lettered (twin_cap)")
+    max_dead_letter_bytes: int = Field(900_000, ge=1024, description="a dead letter's value is cut to this many "
+                                       "bytes (header truncated_from_bytes); below the broker's message limit")
+    offset_reset: Literal["earliest", "latest", "fail"] = Field(
+        "earliest", description="where to resume when a snapshot's offset is outside its partition")
 
 
 class KafkaConfig(_Frozen):
@@ -127,6 +147,7 @@ class ShadowConfig(_Frozen):
     time: TimeConfig = TimeConfig()
     drift: DriftConfig = DriftConfig()
     snapshot: SnapshotConfig = SnapshotConfig()
+    limits: LimitsConfig = LimitsConfig()
     kafka: KafkaConfig = KafkaConfig()
     predictions_path: Path | None = Field(None, description="JSONL file of per-request predictions joined "
                                           "with actuals (appended; de-duplicate by instance, request_id)")

@@ -29,33 +29,36 @@ def ape(predicted: float, actual: float) -> float | None:
     return abs(predicted - actual) / actual
 
 
+#: APE samples are summed in fixed point (units of 2^-40, ~1e-12): integer sums are exact and independent of the
+#: order samples came and went in, so ``mape()`` is O(1) per call and bit-identical after a restore.
+_FIXED = float(2**40)
+
+
 @dataclass
 class ErrorWindow:
     """APE samples of the last ``window_s`` seconds of event time. ``mape()`` is their mean (0 when empty)."""
 
     window_s: float
     samples: deque[tuple[float, float]] = field(default_factory=deque)
-    _sum: float = 0.0
+    _sum: int = 0  # sum of round(value × 2^40) over samples
 
     def add(self, ts: float, value: float) -> None:
         """Add a sample at event time ``ts``; the owner calls ``expire`` as its clock advances."""
         self.samples.append((ts, value))
-        self._sum += value
+        self._sum += round(value * _FIXED)
 
     def expire(self, now_ts: float) -> None:
         """Drop samples older than ``now_ts − window_s`` (event time)."""
         cutoff = now_ts - self.window_s
-        while self.samples and self.samples[0][0] < cutoff:
-            self._sum -= self.samples.popleft()[1]
-        if not self.samples:
-            self._sum = 0.0  # no float residue accumulates across empty periods
+        samples = self.samples
+        while samples and samples[0][0] < cutoff:
+            self._sum -= round(samples.popleft()[1] * _FIXED)
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def mape(self) -> float:
-        # Recomputing from the samples (instead of the running sum) keeps the value bit-identical after a restore.
-        return math.fsum(v for _, v in self.samples) / len(self.samples) if self.samples else 0.0
+        return self._sum / _FIXED / len(self.samples) if self.samples else 0.0
 
     def snapshot(self) -> list[list[float]]:
         return [[t, v] for t, v in self.samples]
@@ -64,8 +67,7 @@ class ErrorWindow:
     def restore(cls, window_s: float, data: list[list[float]]) -> ErrorWindow:
         w = cls(window_s)
         for t, v in data:
-            w.samples.append((float(t), float(v)))
-            w._sum += float(v)
+            w.add(float(t), float(v))
         return w
 
 

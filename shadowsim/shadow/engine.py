@@ -85,7 +85,7 @@ def build_latency(cfg: InstanceConfig, server_config: dict[str, Any]) -> Latency
         except UserError as exc:  # not in the model/GPU catalogue, unknown precision, ...
             reason = str(exc)
     key = (model, gpu, tp, reason)
-    if key not in _WARNED:
+    if key not in _WARNED and len(_WARNED) < 1000:  # bounded: model names come from the event stream
         _WARNED.add(key)
         log.warning("latency model for model %r on GPU %r tp=%d: linear fallback (%s); predictions use the "
                     "placeholder `linear:` coefficients, exported as latency_model=%r. Set model/gpu in shadow.yaml "
@@ -186,6 +186,7 @@ class SimEngine:
         self._future: list[tuple[float, int, dict[str, Any]]] = []  # (arrival_rel, arrival order, spec fields)
         self._done: list[Completion] = []
         self._last_step: dict[str, float] = {"queue": 0.0, "running": 0.0, "kv_usage": 0.0}
+        self._held = 0.0  # simulated time (relative) asked for by `hold` and not yet run to
         self.env = simpy.Environment()
         if snapshot is None:
             self.server = Server(self.env, self.settings, self.kv_capacity, self.latency, key_unit=self.key_unit,
@@ -197,7 +198,15 @@ class SimEngine:
     # ---- protocol used by InstanceTwin --------------------------------------------------------------------------
     @property
     def now_ts(self) -> float:
-        return self.epoch_ts + float(self.env.now)
+        """The simulated clock: where the simulation is, or has been asked to be (``hold``)."""
+        return self.epoch_ts + max(float(self.env.now), self._held)
+
+    def hold(self, ts: float) -> None:
+        """Ask for the simulation to reach event time ``ts`` without running it yet: ``now_ts`` and submissions
+        behave exactly as after ``advance_to(ts)``; the next ``advance_to`` does the work (once per poll batch)."""
+        rel = ts - self.epoch_ts
+        if rel > self._held:
+            self._held = rel
 
     def submit(self, rid: str, arrival_ts: float, input_len: int, output_len: int, *,
                key: tuple[int, ...] | None, key_unit: int, max_new_tokens: int | None, ignore_eos: bool,
@@ -209,11 +218,14 @@ class SimEngine:
         spec = {"rid": rid, "input_len": input_len, "output_len": output_len,
                 "max_new_tokens": max(max_new_tokens, output_len) if max_new_tokens else None,
                 "key": list(key) if key is not None else None, "ignore_eos": ignore_eos, "priority": priority}
-        heapq.heappush(self._future, (max(arrival_ts - self.epoch_ts, float(self.env.now)), order, spec))
+        now = max(float(self.env.now), self._held)
+        heapq.heappush(self._future, (max(arrival_ts - self.epoch_ts, now), order, spec))
 
     def advance_to(self, ts: float) -> list[Completion]:
-        """Run the simulation up to (not including) event time ``ts``, entering due submissions on the way."""
-        until = ts - self.epoch_ts
+        """Run the simulation up to (not including) event time ``ts`` (or the held time, if later), entering due
+        submissions on the way."""
+        until = max(ts - self.epoch_ts, self._held)
+        self._held = 0.0
         while self._future and self._future[0][0] < until:
             at, _, spec = heapq.heappop(self._future)
             self._run(at)
@@ -236,8 +248,14 @@ class SimEngine:
 
     # ---- internals ----------------------------------------------------------------------------------------------
     def _run(self, until: float) -> None:
-        if until > self.env.now:
-            self.env.run(until=until)
+        env = self.env
+        if until > env.now:
+            if env.peek() > until:
+                # nothing scheduled before `until`: env.run would only move the clock (simpy's run(until) with an
+                # empty stretch sets `now` and returns); do that without building and scheduling an until-event
+                env._now = until  # noqa: SLF001 - simpy.Environment keeps its clock here
+            else:
+                env.run(until=until)
 
     def _enter(self, at: float, spec: dict[str, Any]) -> None:
         req = RequestSpec(rid=spec["rid"], arrival_s=at, input_len=spec["input_len"],
@@ -256,6 +274,8 @@ class SimEngine:
                            "kv_usage": step.kv_used / step.kv_capacity if step.kv_capacity else 0.0}
 
     def snapshot(self) -> dict[str, Any]:
+        if self._held > self.env.now:
+            raise RuntimeError("snapshot of an engine with held time: advance_to first")
         return {"now": float(self.env.now), "future": [[a, s, spec] for a, s, spec in self._future],
                 "last_step": self._last_step, "factors": dict(self.latency.factors),
                 "server": self.server.snapshot()}
@@ -270,6 +290,21 @@ class SimEngine:
                                          observer=self._on_step, on_finish=self._on_record)
 
 
-def engine_factory(cfg: InstanceConfig, server_config: dict[str, Any], epoch_ts: float,
-                   snapshot: dict[str, Any] | None) -> SimEngine:
-    return SimEngine(cfg, server_config, epoch_ts, snapshot)
+class SimEngineFactory:
+    """``EngineFactory`` of ``SimEngine``; ``check`` tells beforehand whether server settings can build one."""
+
+    def __call__(self, cfg: InstanceConfig, server_config: dict[str, Any], epoch_ts: float,
+                 snapshot: dict[str, Any] | None) -> SimEngine:
+        return SimEngine(cfg, server_config, epoch_ts, snapshot)
+
+    def check(self, cfg: InstanceConfig, server_config: dict[str, Any]) -> None:
+        """Raise (pydantic ``ValidationError``, ``UserError``, ``ValueError``) when an engine could not be built
+        from these settings, e.g. a ``server_config`` whose chunked prefill exceeds its context. The twin calls
+        it before taking a ``server_config`` event, so such an event is rejected instead of breaking every later
+        engine build and every restore."""
+        settings = build_settings(cfg, server_config)
+        build_latency(cfg, server_config)
+        kv_capacity_tokens(cfg, server_config, settings)
+
+
+engine_factory = SimEngineFactory()

@@ -61,7 +61,9 @@ class ShadowRuntime:
                 raise UserError("--bootstrap-servers", f"no Kafka answered at {k.bootstrap_servers} "
                                 f"({k.security.describe()}) within {KAFKA_WAIT_S:.0f} s: {exc}", hint) from exc
         make_source = make_source or kafka_source_factory(k.bootstrap_servers, k.topic, k.group, k.dead_letter_topic,
-                                                          session_timeout_ms=k.session_timeout_ms, **security)
+                                                          session_timeout_ms=k.session_timeout_ms,
+                                                          max_dead_letter_bytes=cfg.limits.max_dead_letter_bytes,
+                                                          **security)
         self.server: MetricsServer | None = None
         self.registry = make_registry(self.view)
         if serve_metrics:  # bind first: a taken port should fail before we join a consumer group

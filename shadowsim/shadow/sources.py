@@ -53,6 +53,7 @@ class MemorySource:
         self.pos = {tp: self.committed.get(tp, 0) for tp in self.log}
         self._on_assign, self._on_revoke, self._batch = on_assign, on_revoke, batch
         self._assigned = False
+        self.dead_lettered: list[tuple[Any, str]] = []
 
     def poll_batch(self, timeout_s: float = 1.0, max_records: int | None = None) -> list[Record]:
         if not self._assigned:
@@ -77,13 +78,22 @@ class MemorySource:
         return True
 
     def seek(self, partition: TP, offset: int) -> None:
-        self.pos[partition] = offset
+        # as a Kafka consumer with auto_offset_reset=earliest: a position past the end is reset to the start
+        self.pos[partition] = offset if offset <= len(self.log.get(partition, ())) else 0
 
     def assignment(self) -> set[TP]:
         return set(self.log) if self._assigned else set()
 
     def flush_dead_letters(self) -> None:
         return None
+
+    def offset_range(self, partition: TP) -> tuple[int, int]:
+        """(earliest offset, end offset) of ``partition``, as Kafka's beginning/end offsets."""
+        return 0, len(self.log.get(partition, ()))
+
+    def dead_letter(self, record: Any, reason: str) -> None:
+        """Park a record the service refused (kept in ``dead_lettered`` as (record, reason))."""
+        self.dead_lettered.append((record, reason))
 
     def close(self) -> None:
         return None

@@ -83,6 +83,7 @@ class InstanceStats:
     events_processed: int = 0
     events_late: int = 0
     requests_estimated: int = 0
+    requests_expired: int = 0  # forgotten after max_wait_s + pending_expiry_margin_s without both halves
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -92,6 +93,7 @@ class InstanceStats:
             "events_processed": self.events_processed,
             "events_late": self.events_late,
             "requests_estimated": self.requests_estimated,
+            "requests_expired": self.requests_expired,
         }
 
     @classmethod
@@ -107,4 +109,5 @@ class InstanceStats:
         st.events_processed = int(data["events_processed"])
         st.events_late = int(data["events_late"])
         st.requests_estimated = int(data.get("requests_estimated", 0))
+        st.requests_expired = int(data.get("requests_expired", 0))
         return st

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,15 @@ from shadowsim.shadow.stats import InstanceStats
 MAX_ESTIMATE_TOKENS = 4096  # SGLang clips unknown max_new_tokens to 4096 for its own estimate (§2.5)
 
 
+class RecordRejected(ValueError):
+    """An event the twin refuses before changing any state (e.g. server settings no engine can be built from).
+    ``reason`` is a short label for the dead-letter counter."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
 class InstanceTwin:
     """State and behaviour of one shadowed instance."""
 
@@ -47,6 +57,9 @@ class InstanceTwin:
         self.max_ts = -math.inf
         self.pending: dict[str, Pending] = {}
         self._waiting: list[tuple[float, str]] = []  # heap of (arrival_ts, rid) not yet submitted; lazy deletion
+        # heap of (arrival_ts, rid) of every pending request (lazy deletion): the oldest one in O(1), expiry in
+        # O(log n) per request, so the work per event does not grow with the requests in flight
+        self._by_arrival: list[tuple[float, str]] = []
         self.predicted: dict[str, dict[str, Any]] = {}  # rid -> predicted values, waiting for the actual
         self.actual: dict[str, dict[str, Any]] = {}  # rid -> actual values, waiting for the prediction
         self.observed: dict[str, float] = {}  # queue / running / kv_usage reported by the server
@@ -59,6 +72,9 @@ class InstanceTwin:
         self.alerts: list[dict[str, Any]] = []  # verdict transitions: {ts, kind, on}
         self._verdict_state = {"model": False, "performance": False}
         self.done: dict[str, float] = {}  # joined rid -> finish ts, to drop duplicate deliveries (pruned)
+        self._done_order: deque[tuple[float, str]] = deque()  # (ts, rid) in insertion order, for pruning
+        self._anchor_obj: Anchor | None = None
+        self._held = False  # an advance was deferred to flush()
         self.out: list[dict[str, Any]] = []  # joined records not yet flushed to the sink
         self.last_event_wall_ts: float | None = None
         # speculative decoding: the accepted-length distribution learned from the log's `accept len` fields
@@ -90,7 +106,8 @@ class InstanceTwin:
 
     def has_pending_work(self) -> bool:
         """Requests waiting for their length, or submitted to the simulator and not yet predicted."""
-        return any(not p.submitted or rid not in self.predicted for rid, p in self.pending.items())
+        # pending = waiting + simulated-not-predicted + predicted-waiting-for-actual; only the last is idle
+        return len(self.pending) > len(self.predicted)
 
     def shadow_lag_s(self, now_wall: float) -> float | None:
         """Wall time minus the event time simulated. An instance that has simulated everything it was given is
@@ -112,8 +129,12 @@ class InstanceTwin:
                       self.drift_cfg.performance_band, self.drift_cfg.min_factor_samples)
 
     # ---- the event handler ---------------------------------------------------------------------------------------
-    def apply(self, ev: Any) -> None:
-        """Apply one event of this instance, then advance the simulator as far as event time allows."""
+    def apply(self, ev: Any, *, defer: bool = False) -> None:
+        """Apply one event of this instance, then advance the simulator as far as event time allows. Raises
+        ``RecordRejected`` (state unchanged) for an event it refuses; any other exception may leave the twin
+        half-changed (the service then rebuilds it)."""
+        if ev.kind == "server_config":
+            self._check_config(ev)
         self.stats.events_processed += 1
         self.last_event_wall_ts = self._clock()
         if self.epoch_ts is None:
@@ -124,11 +145,28 @@ class InstanceTwin:
         handler = _HANDLERS.get(ev.kind)
         if handler is not None:
             handler(self, ev)
-        self.advance()
+        self.advance(defer=defer)
+
+    @staticmethod
+    def _config_fields(ev: ServerConfig) -> dict[str, Any]:
+        return ev.model_dump(exclude_none=True, exclude={"kind", "ts", "source", "event_id", "schema_version",
+                                                         "instance_id"})
+
+    def _check_config(self, ev: ServerConfig) -> None:
+        check = getattr(self._factory, "check", None)
+        if check is None:
+            return
+        merged = {**self.server_config, **self._config_fields(ev)}
+        if merged == self.server_config:
+            return
+        try:
+            check(self.cfg, merged)
+        except Exception as exc:  # noqa: BLE001 - any reason the engine could not be built
+            text = " ".join(str(exc).split())[:300]
+            raise RecordRejected("invalid_server_config", f"{type(exc).__name__}: {text}") from exc
 
     def _on_config(self, ev: ServerConfig) -> None:
-        self.server_config.update(ev.model_dump(exclude_none=True, exclude={"kind", "ts", "source", "event_id",
-                                                                           "schema_version", "instance_id"}))
+        self.server_config.update(self._config_fields(ev))
 
     def _on_arrived(self, ev: RequestArrived) -> None:
         if ev.request_id in self.pending or ev.request_id in self.predicted or ev.request_id in self.done:
@@ -141,7 +179,7 @@ class InstanceTwin:
             key = tuple(ev.token_ids)
         p = Pending(ev.ts, max(ev.prompt_tokens, 1), key, unit, ev.max_new_tokens, ev.ignore_eos, ev.priority,
                     seq=self._next_seq())
-        self.pending[ev.request_id] = p
+        self._add_pending(ev.request_id, p)
         if ev.output_tokens_hint:  # a replayed trace knows the length: no need to wait
             self._submit(ev.request_id, p, ev.output_tokens_hint)
         else:
@@ -165,7 +203,7 @@ class InstanceTwin:
             p.arrival_ts if p is not None else ev.ts - (ev.e2e_s or 0.0))
         if p is None:  # a source that only reports finished requests
             p = Pending(arrival, max(ev.prompt_tokens, 1), seq=self._next_seq())
-            self.pending[rid] = p
+            self._add_pending(rid, p)
         if not p.submitted and ev.output_tokens >= 1:
             self._submit(rid, p, ev.output_tokens)
         ttft = ev.ttft_s if ev.ttft_s is not None else (
@@ -218,10 +256,28 @@ class InstanceTwin:
         return self.engine
 
     def _anchor(self) -> Anchor:
-        eng = self._ensure_engine()
-        # the unscaled (as-profiled) model: the factors measure the server against the profile, not against
-        # themselves (with recalibration on, the free twin runs the scaled model)
-        return Anchor(eng.base_latency, eng.graph_sizes, self.calibrator, self.timeline, eng.overlap)
+        a = self._anchor_obj
+        if a is None or a.timeline is not self.timeline:
+            eng = self._ensure_engine()
+            # the unscaled (as-profiled) model: the factors measure the server against the profile, not against
+            # themselves (with recalibration on, the free twin runs the scaled model)
+            a = self._anchor_obj = Anchor(eng.base_latency, eng.graph_sizes, self.calibrator, self.timeline,
+                                          eng.overlap)
+        return a
+
+    def _add_pending(self, rid: str, p: Pending) -> None:
+        self.pending[rid] = p
+        heapq.heappush(self._by_arrival, (p.arrival_ts, rid))
+
+    def _oldest_pending_ts(self) -> float | None:
+        h = self._by_arrival
+        while h:
+            ts, rid = h[0]
+            p = self.pending.get(rid)
+            if p is not None and p.arrival_ts == ts:
+                return ts
+            heapq.heappop(h)  # joined or expired since
+        return None
 
     def _submit(self, rid: str, p: Pending, output_len: int) -> None:
         eng = self._ensure_engine()
@@ -238,8 +294,14 @@ class InstanceTwin:
             return max(1, round(self.output_sum / self.output_count))
         return self.time_cfg.default_output_tokens
 
-    def advance(self) -> None:
-        """Move the simulator to ``min(watermark, earliest arrival still waiting for its length)``."""
+    def advance(self, *, defer: bool = False) -> None:
+        """Move the simulator to ``min(watermark, earliest arrival still waiting for its length)``.
+
+        ``defer``: only *hold* the simulator there (``Engine.hold``: its clock and submissions behave as if it had
+        run) and leave the run, the joins of what it completes and the expiry of windows and requests to
+        ``flush()``, which the service calls once per poll batch. The simulation and the predictions are the same
+        either way; verdict transitions (``alerts``) are evaluated at the flush. With ``recalibrate`` on, factors
+        change with every event, so the run is never deferred."""
         wm = self.watermark
         while self._waiting:
             arrival, rid = self._waiting[0]
@@ -259,15 +321,25 @@ class InstanceTwin:
         horizon = min(wm, self._waiting[0][0]) if self._waiting else wm
         if self.drift_cfg.recalibrate:
             self.engine.set_factors(self.applied_factors())
+        elif defer:
+            self.engine.hold(horizon)
+            self._held = True
+            return
+        self._held = False
         for c in self.engine.advance_to(horizon):
             self._on_completion(c)
         # Windows cover the last window_s of *simulated* time: samples join when the simulation reaches them, which
         # can trail the watermark by a long request's lifetime.
         for w in self.windows.values():
             w.expire(self.engine.now_ts)
-        oldest = min((p.arrival_ts for p in self.pending.values()), default=wm)
-        self.timeline.prune(min(oldest, wm) - 1.0)
         self._gc(wm)
+        oldest = self._oldest_pending_ts()
+        self.timeline.prune(min(oldest if oldest is not None else wm, wm) - 1.0)
+
+    def flush(self) -> None:
+        """Run a deferred advance (see ``advance``); a no-op when none is held."""
+        if self._held:
+            self.advance()
 
     def _on_completion(self, c: Completion) -> None:
         pred = {"ttft": c.ttft_s, "tpot": c.tpot_s if c.output_len > 1 else None, "e2e": c.e2e_s,
@@ -291,7 +363,7 @@ class InstanceTwin:
         pred, act = self.predicted.pop(rid), self.actual.pop(rid)
         p = self.pending.pop(rid, None)
         ts = act["finish_ts"]
-        self.done[rid] = ts
+        self._mark_done(rid, ts)
         errors: dict[str, dict[str, float]] = {"free": {}, "anchored": {}}
         anchored = act.pop("anchored") or {}
         for m in METRICS:
@@ -320,20 +392,40 @@ class InstanceTwin:
                 self.alerts.append({"ts": ts, "kind": kind, "on": on,
                                     "mape": {k: round(x, 6) for k, x in v.mape.items()}})
 
+    def _mark_done(self, rid: str, ts: float) -> None:
+        self.done[rid] = ts
+        self._done_order.append((ts, rid))
+
     def _gc(self, wm: float) -> None:
-        """Forget half-joined requests that can no longer complete (bounded memory on lossy streams)."""
-        horizon = wm - 10 * self.time_cfg.max_wait_s
-        for d in (self.predicted, self.actual):
-            stale = [rid for rid, v in d.items() if v.get("finish_ts", math.inf) < horizon]
-            for rid in stale:
-                del d[rid]
-                self.pending.pop(rid, None)
-        if self.done and next(iter(self.done.values())) < horizon:
-            self.done = {rid: t for rid, t in self.done.items() if t >= horizon}
+        """Bounded memory on lossy streams, in O(1) amortized work per event: a request that arrived more than
+        ``max_wait_s + pending_expiry_margin_s`` before the watermark and is still not joined (its finish, or its
+        simulation, never came) is forgotten and counted in ``requests_expired``; its id is remembered as done,
+        so a finish that still arrives is dropped like a duplicate. Ids of joined requests are remembered for
+        ``10 × max_wait_s`` of event time to drop duplicate deliveries."""
+        tc = self.time_cfg
+        expiry = wm - (tc.max_wait_s + tc.pending_expiry_margin_s)
+        h = self._by_arrival
+        while h and h[0][0] < expiry:
+            ts, rid = heapq.heappop(h)
+            p = self.pending.get(rid)
+            if p is None or p.arrival_ts != ts:
+                continue
+            del self.pending[rid]
+            self.predicted.pop(rid, None)
+            self.actual.pop(rid, None)
+            self.stats.requests_expired += 1
+            self._mark_done(rid, wm)
+        horizon = wm - 10 * tc.max_wait_s
+        order = self._done_order
+        while order and order[0][0] < horizon:
+            ts, rid = order.popleft()
+            if self.done.get(rid) == ts:
+                del self.done[rid]
 
     # ---- snapshot -----------------------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """Domain state as plain JSON-able data (floats kept exactly: JSON round-trips Python floats)."""
+        self.flush()
         return {
             "instance_id": self.instance_id,
             "server_config": self.server_config,
@@ -370,6 +462,8 @@ class InstanceTwin:
             self.pending[rid] = Pending(**d)
         self._waiting = [(p.arrival_ts, rid) for rid, p in self.pending.items() if not p.submitted]
         heapq.heapify(self._waiting)
+        self._by_arrival = [(p.arrival_ts, rid) for rid, p in self.pending.items()]
+        heapq.heapify(self._by_arrival)
         self.predicted, self.actual = dict(data["predicted"]), dict(data["actual"])
         self.observed = dict(data["observed"])
         self.output_sum, self.output_count = int(data["output_sum"]), int(data["output_count"])
@@ -381,6 +475,8 @@ class InstanceTwin:
         self.calibrator.restore(data["calibrator"])
         self.timeline = StepTimeline.restore(data["timeline"])
         self.done = {k: float(v) for k, v in data["done"].items()}
+        self._done_order = deque((t, k) for k, t in self.done.items())  # the dict keeps insertion order
+        self._anchor_obj = None
         self.alerts = list(data["alerts"])
         self._verdict_state = dict(data["verdict_state"])
         if data.get("acceptance") is not None:  # snapshots before speculative support have none

@@ -16,6 +16,9 @@ if False:  # pragma: no cover - typing only, avoids an import cycle
 
 __all__ = ["InstanceView", "ShadowView", "build_view"]
 
+#: service counters exported as shadowsim_<name>_total (always, 0 included)
+SERVICE_COUNTERS = ("twin_rebuilds", "twin_resets", "snapshot_fallbacks", "offset_resets")
+
 
 def _version() -> str:
     try:
@@ -68,5 +71,8 @@ def build_view(service: ShadowService) -> ShadowView:
                 last_event_wall_ts=t.last_event_wall_ts,
                 simulated_ts=sim_ts,
                 alerts=list(t.alerts),
+                requests_expired=t.stats.requests_expired,
             ))
-        return ShadowView(out, service.dead_letters(), service.records_processed, service.checkpoints)
+        return ShadowView(out, service.dead_letters(), service.records_processed, service.checkpoints,
+                          records_skipped=service.records_skipped(),
+                          service_counters={k: v for k, v in service.counters.items() if k in SERVICE_COUNTERS})

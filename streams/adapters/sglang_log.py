@@ -25,7 +25,7 @@ from streams.adapters.log_prefix import split_header
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # ``Prefill batch``, ``Prefil batch`` (0.1.17 typo), ``Decode batch``, optional `` [iter]``, then ``.`` or ``,``.
 _BATCH = re.compile(r"(Prefill?|Decode) batch(?: ?\[(\d+)\])?[.,]? ?")
-_SERVER_ARG = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,()\[\]{}]*)")
+_SERVER_ARG = re.compile(r"(?<!\w)(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,()\[\]{}]*)")  # (?<!\w): linear on long words
 
 
 # Batch-line keys -> event field. Unknown keys are ignored on purpose: new SGLang releases add fields (PD, MFU,
@@ -130,7 +130,14 @@ def _envelope(ctx: ParseContext, ranks: dict[str, int], rank_keys: tuple[str, ..
     return data
 
 
+#: A batch line is a few hundred characters; the item regex is quadratic in a long run without ", " or ": ", so a
+#: longer body is refused before it is scanned (a 900 KB line took minutes, issue 11).
+MAX_BATCH_BODY_CHARS = 8192
+
+
 def _batch(kind: str, body: str, it: str | None, ranks: dict[str, int], ctx: ParseContext) -> LineResult:
+    if len(body) > MAX_BATCH_BODY_CHARS:
+        return f"{kind}: line too long ({len(body)} characters after the header, at most {MAX_BATCH_BODY_CHARS})"
     fields = _PREFILL_FIELDS if kind == "prefill_batch" else _DECODE_FIELDS
     data = _envelope(ctx, ranks)
     if it is not None:

@@ -1,11 +1,13 @@
 """Acceptance: `shadowsim run` killed with SIGKILL at random points and restarted gives the predictions of an
-uninterrupted run; no event is lost and none is counted twice.
+uninterrupted run; no event is lost and none is counted twice, with hostile records in the stream.
 
 The event log is 20 s of the demo scenario (three EMULATED instances, ~5,000 events) on a 3-partition topic of the
-embedded broker. The reference is the same events replayed in memory without interruption. Each trial uses its own
-consumer group, state directory and predictions file; it kills the process when the predictions file has reached
-a random size (so kills land mid-stream, between and during checkpoints), up to three times, then lets a last
-run finish.
+embedded broker, mixed with 600 seeded hostile records (``benchmarks.hostile``: bad bytes and JSON, out-of-range
+values, settings no engine accepts, which fail *inside* the twin's apply, unknown instances, duplicates, reordered
+times). The reference is the clean events replayed in memory without interruption. Each trial uses its own consumer
+group, state directory and predictions file; it kills the process when the predictions file has reached a random
+size (so kills land mid-stream, between and during checkpoints and while failing records are applied), three
+times, then lets a last run finish: 7 trials, 21 kills.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ from shadowsim.shadow.sink import PredictionSink, read_predictions
 from shadowsim.shadow.snapshot import SnapshotStore
 from shadowsim.shadow.sources import MemorySource
 
-TRIALS = 5
+TRIALS = 7
+HOSTILE = 600
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
@@ -62,10 +65,18 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted(short_log: An
 
     topic = f"crash-{os.getpid()}-{time.time_ns()}"
     shadow_broker.create_topics({topic: 3, topic + ".dlq": 1})
+    from benchmarks.hostile import hostile_records
+
+    healthy = sorted(want_stats)
+    bad = hostile_records(HOSTILE, seed=20261201, healthy=healthy, huge_every=0)
+    every = len(recs) // HOSTILE
     with EventProducer(shadow_broker.bootstrap_servers, topic) as prod:
-        for r in recs:
+        for i, r in enumerate(recs):
             for ev in r.events:
                 prod.send(ev)
+            if i % every == 0 and bad:
+                key, value, _ = bad.pop()
+                prod.send_raw(value, key)
     cfg_path = tmp_path / "shadow.yaml"
     _write_config(cfg_path, sc)
 
@@ -78,7 +89,7 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted(short_log: An
                 "--topic", topic, "--dead-letter-topic", topic + ".dlq", "--group", f"g{trial}",
                 "--config", str(cfg_path), "--metrics-port", "0", "--metrics-host", "127.0.0.1",
                 "--state-dir", str(state), "--predictions", str(preds), "--snapshot-every-events", "300",
-                "--snapshot-every-s", "0.3", "--exit-when-idle-s", "2", "--quiet",
+                "--snapshot-every-s", "0.3", "--exit-when-idle-s", "5", "--quiet",
                 # a killed member holds its partitions until its session expires: keep that short here
                 "--session-timeout-ms", "1500"]
         for attempt in range(4):
@@ -99,6 +110,7 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted(short_log: An
                 break
             assert rc == -signal.SIGKILL, err
         got = read_predictions(preds)  # raises if a replayed record differs from its first version
+        got = {k: v for k, v in got.items() if k[0] in want_stats}  # the healthy instances
         assert got.keys() == want.keys(), (trial, len(got), len(want))
         assert got == want, trial
         store = SnapshotStore(state)
@@ -107,6 +119,7 @@ def test_sigkill_at_random_points_then_resume_equals_uninterrupted(short_log: An
             snap = store.load(topic_, part)
             assert snap is not None
             for iid, tstate in snap["twins"].items():
-                stats[iid] = tstate["stats"]
+                if iid in want_stats:
+                    stats[iid] = tstate["stats"]
         assert stats == want_stats, trial  # counters: every event applied exactly once
-    assert kills >= TRIALS  # at least one kill per trial actually happened mid-stream
+    assert kills >= 20  # the kills actually happened

@@ -184,3 +184,34 @@ def test_raw_sglang_log_lines_are_decoded_with_the_key_as_instance(
     (ev,) = recs[0].events
     assert (ev.kind, ev.instance_id, ev.running_reqs, ev.kv_tokens) == ("decode_batch", "node-7", 12, 3400)
     assert recs[1].events == []  # not SGLang output: skipped, not a dead letter
+
+
+def test_a_10_mb_bad_record_is_dead_lettered_truncated_with_a_header_and_refused_or_not_never_raises(
+        kafka_broker: EmbeddedBroker, unique_topic: str) -> None:
+    """Issue 11: a bad record over 1 MB made the dead-letter producer raise MessageSizeTooLargeError out of the
+    loop. Its dead letter is now cut to max_dead_letter_bytes with a truncated_from_bytes header; a record whose
+    dead letter the broker still refuses (a limit the producer enforces: 1 KiB here) is counted, not raised."""
+    bs = kafka_broker.bootstrap_servers
+    dlq = unique_topic + ".dlq"
+    kafka_broker.create_topics({unique_topic: 1, dlq: 1})
+    huge = b"[2026-01-01 00:00:00] Prefill batch. " + b"9" * (10 * 1024 * 1024)
+    with EventProducer(bs, unique_topic, max_request_size=16 * 1024 * 1024) as producer:
+        producer.send_raw(huge, b"victim")
+        producer.send(_finished(1, "ok"))
+        producer.send_raw(b"{not json" + b"x" * 5000, b"victim")
+    with EventConsumer(bs, unique_topic, "g-huge", dead_letter_topic=dlq, session_timeout_ms=6000,
+                       max_dead_letter_bytes=900_000) as consumer:
+        got = _drain(consumer, 3, deadline_s=60)
+        assert [r.error is not None for r in got] == [True, False, True]
+        assert got[0].error.startswith("prefill_batch: line too long")  # type: ignore[union-attr]
+        consumer.flush_dead_letters()
+    letters = {d.source_offset: d for d in read_dead_letters(bs, dlq)}
+    assert len(letters[0].value or b"") == 900_000 and letters[0].value == huge[:900_000]
+    assert dict(letters[0].extra_headers)["truncated_from_bytes"] == str(len(huge)).encode()
+    assert letters[2].extra_headers == () and letters[2].value == b"{not json" + b"x" * 5000
+    # the producer refuses anything over 1 KiB: a dead letter that cannot be produced is counted, never raised
+    with EventConsumer(bs, unique_topic, "g-refused", dead_letter_topic=dlq, session_timeout_ms=6000,
+                       dedupe_dead_letters=False, max_dead_letter_bytes=1024 * 1024) as consumer:
+        consumer._dlq = __import__("kafka").KafkaProducer(bootstrap_servers=bs, max_request_size=1024)
+        got = _drain(consumer, 3, deadline_s=60)
+        assert len(got) == 3 and consumer.dead_letters_failed == 2

@@ -1,0 +1,237 @@
+"""Hostile-input benchmark (issue 11): a million generated hostile records, a Kafka subset into `shadowsim run`,
+and memory under a million distinct fake instance ids.
+
+* ``hostile``: ``N`` (default 1,000,000) records of ``benchmarks.hostile`` (random bytes, mutated real SGLang log
+  lines, truncated JSON, wrong types, out-of-range values, NaN/inf, 10 MB lines every 20,000 records, unknown
+  instances, duplicates, reordered times) interleaved with the demo scenario's clean records (3 EMULATED
+  instances), decoded as the Kafka consumer does and applied by one ``ShadowService`` (in memory). Figures: records
+  applied / skipped / counted per reason (their sum must be every record: ``silent`` = 0), whether the healthy
+  instances' predictions equal a clean run's, CPU µs per record.
+* ``kafka``: the first ``M`` (default 50,000) hostile records (10 MB lines included) and the clean records through
+  the embedded broker into a ``python -m shadowsim run`` process: exit status, the same comparison.
+* ``memory``: ``F`` (default 1,000,000) valid events, each of a new fake instance id, through one service with the
+  default twin cap; peak RSS and traced memory growth, twins kept, records refused (``twin_cap``).
+
+``python -m benchmarks hostile [--json] [--records N] [--kafka-records M] [--fake-ids F]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ACCEPTS_ARGS = True
+
+
+class StreamSource:
+    """A source decoding records from an iterator on the fly, as the Kafka consumer does (3 partitions by key)."""
+
+    def __init__(self, items: Iterator[tuple[bytes | None, bytes]], on_assign: Any, partitions: int = 3,
+                 batch: int = 500) -> None:
+        from streams.kafka_io import RecordDecoder
+
+        self.items, self.on_assign, self.n, self.batch = items, on_assign, partitions, batch
+        self.dec = RecordDecoder("auto")
+        self.offsets = [0] * partitions
+        self.assigned = False
+        self.dead_lettered = 0
+
+    def poll_batch(self, timeout_s: float = 0.0, max_records: int | None = None) -> list[Any]:
+        from shadowsim.shadow.sources import Record
+
+        if not self.assigned:
+            self.assigned = True
+            self.on_assign({("h", p) for p in range(self.n)})
+        out = []
+        for key, value in self.items:
+            p = zlib.crc32(key or b"") % self.n
+            ev, err = self.dec(value, key, "h", p, [], None)
+            out.append(Record("h", p, self.offsets[p], key, ev, err))
+            self.offsets[p] += 1
+            if len(out) >= self.batch:
+                break
+        return out
+
+    def commit(self, offsets: Any) -> bool:
+        return True
+
+    def seek(self, tp: Any, offset: int) -> None:
+        pass
+
+    def assignment(self) -> set[Any]:
+        return {("h", p) for p in range(self.n)} if self.assigned else set()
+
+    def dead_letter(self, record: Any, reason: str) -> None:
+        self.dead_lettered += 1
+
+    def close(self) -> None:
+        pass
+
+
+def _clean() -> tuple[Any, list[tuple[bytes | None, bytes]]]:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "shadowsim"))
+    from shadow_fixtures import scenario_log
+
+    sc, recs = scenario_log(20.0)
+    return sc, [(r.key, r.events[0].model_dump_json(exclude_none=True).encode()) for r in recs]
+
+
+def _mixed(clean: list[tuple[bytes | None, bytes]], hostile: Iterator[tuple[bytes | None, bytes, str]],
+           n_hostile: int) -> Iterator[tuple[bytes | None, bytes]]:
+    every = max(1, n_hostile // len(clean))
+    ci = 0
+    for i, (k, v, _) in enumerate(hostile):
+        if i % every == 0 and ci < len(clean):
+            yield clean[ci]
+            ci += 1
+        yield k, v
+    yield from clean[ci:]
+
+
+def _service_run(cfg: Any, items: Iterator[tuple[bytes | None, bytes]], sink_path: Path) -> Any:
+    from shadowsim.shadow.engine import engine_factory
+    from shadowsim.shadow.service import ShadowService
+    from shadowsim.shadow.sink import PredictionSink
+
+    svc = ShadowService(cfg, lambda a, r: StreamSource(items, a), engine_factory, sink=PredictionSink(sink_path))
+    svc.run(idle_timeout_s=0, poll_timeout_s=0)
+    svc.close()
+    return svc
+
+
+def hostile(n: int, tmp: Path) -> dict[str, Any]:
+    from benchmarks.hostile import iter_hostile
+    from shadowsim.shadow.config import SnapshotConfig
+    from shadowsim.shadow.sink import read_predictions
+
+    sc, clean = _clean()
+    healthy = sorted({k.decode() for k, _ in clean if k})
+    cfg = sc.shadow.model_copy(update={"snapshot": SnapshotConfig(dir=tmp / "ref")})
+    _service_run(cfg, iter(clean), tmp / "ref.jsonl")
+    want = read_predictions(tmp / "ref.jsonl")
+    cfg = sc.shadow.model_copy(update={"snapshot": SnapshotConfig(dir=tmp / "mix")})
+    t = time.process_time()
+    svc = _service_run(cfg, _mixed(clean, iter_hostile(n, 1, healthy), n), tmp / "mix.jsonl")
+    cpu = time.process_time() - t
+    got = {k: v for k, v in read_predictions(tmp / "mix.jsonl").items() if k[0] in healthy}
+    dead = svc.dead_letters()
+    total = svc.records_processed
+    counted = svc.counters["records_applied"] + svc.records_skipped() + sum(dead.values())
+    return {"records": total, "hostile_records": n, "applied": svc.counters["records_applied"],
+            "skipped": svc.records_skipped(), "dead_lettered": sum(dead.values()), "silent": total - counted,
+            "reasons": dead, "twins": len(svc.twins), "twin_rebuilds": svc.counters["twin_rebuilds"],
+            "healthy_predictions_equal": got == want, "healthy_predictions": len(want),
+            "cpu_us_per_record": cpu / total * 1e6}
+
+
+def kafka(m: int, tmp: Path) -> dict[str, Any]:
+    from benchmarks.hostile import iter_hostile
+    from shadowsim.shadow.sink import read_predictions
+    from streams.broker import EmbeddedBroker
+    from streams.kafka_io import EventProducer
+
+    sc, clean = _clean()
+    healthy = sorted({k.decode() for k, _ in clean if k})
+    import yaml
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    cfg_path = tmp / "shadow.yaml"
+    cfg_path.write_text(yaml.safe_dump(sc.shadow.model_dump(mode="json", exclude={
+        "kafka", "snapshot", "predictions_path", "metrics_port"})))
+    out: dict[str, Any] = {"kafka_hostile_records": m}
+    with EmbeddedBroker(die_with_parent=True) as broker:
+        bs = broker.bootstrap_servers
+        preds = {}
+        for name, items in (("clean", iter(clean)), ("mixed", _mixed(clean, iter_hostile(m, 1, healthy), m))):
+            topic = f"hostile-{name}"
+            broker.create_topics({topic: 3, topic + ".dlq": 1})
+            sent = 0
+            with EventProducer(bs, topic, max_request_size=16 * 1024 * 1024) as prod:
+                for k, v in items:
+                    prod.send_raw(v, k)
+                    sent += 1
+            argv = [sys.executable, "-m", "shadowsim", "run", "--bootstrap-servers", bs, "--topic", topic,
+                    "--dead-letter-topic", topic + ".dlq", "--group", name, "--config", str(cfg_path),
+                    "--metrics-port", "0", "--metrics-host", "127.0.0.1", "--state-dir", str(tmp / f"k-{name}"),
+                    "--predictions", str(tmp / f"k-{name}.jsonl"), "--exit-when-idle-s", "5", "--quiet"]
+            t = time.monotonic()
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=3000,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            out[f"kafka_{name}_rc"] = proc.returncode
+            out[f"kafka_{name}_records"] = sent
+            out[f"kafka_{name}_wall_s"] = time.monotonic() - t
+            tail = proc.stderr.strip().splitlines()[-1:] if proc.stderr else []
+            out[f"kafka_{name}_last_line"] = tail[0] if tail else ""
+            preds[name] = {k: v for k, v in read_predictions(tmp / f"k-{name}.jsonl").items() if k[0] in healthy}
+        out["kafka_healthy_predictions_equal"] = preds["clean"] == preds["mixed"] and bool(preds["clean"])
+    return out
+
+
+def memory(f: int, tmp: Path) -> dict[str, Any]:
+    import tracemalloc
+
+    from shadowsim.shadow.config import InstanceConfig, ShadowConfig, SnapshotConfig
+
+    def fakes() -> Iterator[tuple[bytes | None, bytes]]:
+        for i in range(f):
+            iid = f"fake-{i:07d}"
+            yield iid.encode(), (b'{"schema_version":1,"kind":"decode_batch","instance_id":"%s","ts":%f,'
+                                 b'"running_reqs":3,"kv_tokens":300}' % (iid.encode(), 1_800_000_000.0 + i * 1e-3))
+
+    cfg = ShadowConfig(instances={"default": InstanceConfig(latency_backend="linear")},
+                       snapshot=SnapshotConfig(dir=tmp / "mem", every_events=50_000))
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tracemalloc.start()
+    samples = []
+    from shadowsim.shadow.engine import engine_factory
+    from shadowsim.shadow.service import ShadowService
+
+    svc = ShadowService(cfg, lambda a, r: StreamSource(fakes(), a), engine_factory)
+    while True:
+        n = svc.run(max_records=100_000, poll_timeout_s=0, checkpoint_at_end=False)
+        samples.append(tracemalloc.get_traced_memory()[0])
+        if n < 100_000:
+            break
+    traced_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return {"fake_ids": f, "twins_kept": len(svc.twins), "twin_cap_refused": svc.dead_letters().get("twin_cap", 0),
+            "traced_mib_after_100k": samples[0] / 2**20, "traced_mib_at_end": samples[-1] / 2**20,
+            "traced_peak_mib": traced_peak / 2**20,
+            "rss_growth_mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks hostile", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="print only the JSON line")
+    ap.add_argument("--records", type=int, default=1_000_000, help="hostile records in memory (default 1,000,000)")
+    ap.add_argument("--kafka-records", type=int, default=50_000, help="hostile records through Kafka (default 50,000)")
+    ap.add_argument("--fake-ids", type=int, default=1_000_000, help="distinct fake instance ids (default 1,000,000)")
+    ap.add_argument("--only", choices=["hostile", "kafka", "memory"], help="run one part")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    res: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.only in (None, "hostile"):
+            res.update(hostile(args.records, Path(tmp) / "h"))
+        if args.only in (None, "kafka"):
+            res.update(kafka(args.kafka_records, Path(tmp) / "k"))
+        if args.only in (None, "memory"):
+            res.update(memory(args.fake_ids, Path(tmp) / "m"))
+    if not args.json:
+        for k, v in res.items():
+            print(f"  {k:<32} {v}")
+    print(json.dumps({"bench": "hostile", **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in res.items()}}))
+    return res
+
+
+if __name__ == "__main__":
+    main()
