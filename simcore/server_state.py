@@ -273,16 +273,7 @@ class ReservationSum:
 
     def before_decode(self, G: int, reqs: dict[str, Req]) -> None:
         """One decode launch is about to raise G by one: every falling term drops by one."""
-        heap = self.heap
-        while heap and heap[0][0] <= G:
-            _, _, rid, ver = heapq.heappop(heap)
-            r = reqs.get(rid)
-            if r is None or r.ver != ver or not r.in_r or r.in_dec or r.res_group < 0:
-                continue
-            r.in_dec = True
-            self.ndec[r.res_group] += 1
-        self.sums[0] -= self.ndec[0]
-        self.sums[1] -= self.ndec[1]
+        self.advance(G, 1, reqs)
 
     def advance(self, G: int, steps: int, reqs: dict[str, Req]) -> None:
         """``before_decode(G)``, ``before_decode(G + 1)``, … ``steps`` times, in one pass: a term that starts
