@@ -10,7 +10,6 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import simpy
 
 from simcore.kv_cache import KVCache
@@ -96,6 +95,7 @@ def restore(cls: type["Server"], env: simpy.Environment, snap: dict[str, Any], s
     the snapshot's ``now``). Finish events are new: find them in ``server.events`` by rid."""
     snap = upgrade_snapshot(snap)
     kvs = snap["kv"]
+    import numpy as np  # start-up: only a restore needs the generator's class
     rng = np.random.default_rng()
     rng.bit_generator.state = snap["rng"]
     srv = cls(env, settings, kvs["capacity"], latency, key_unit=kvs["key_unit"], rng=rng, _start=False, **kw)

@@ -376,6 +376,9 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         "overlap_schedule": not settings.disable_overlap_schedule,
         "variability": variability.to_dict(),
     }
+    if sizing is not None and getattr(sizing, "swa_max_total_num_tokens", None) is not None:
+        # SGLang's hybrid sliding-window pool: the SWA layers' own token count (simcore/memory.py)
+        summary["server"]["swa_max_total_num_tokens"] = sizing.swa_max_total_num_tokens
     if res.unfinished:
         summary["unfinished"] = res.unfinished
     summary["offered_rps"] = offered
