@@ -393,8 +393,9 @@ def _workload(row: Row, p: Protocol, seed: int) -> tuple[Any, int, str]:
         # the row's seed is bench_serving's --seed (1 by default); replicas add their offset to it
         wl = BenchServingOpenLoop(rate, n, row.isl, row.osl, range_ratio=ratio, seed=(1 if row.seed is None else row.seed) + seed,
                                   sglang_version=row.sglang_version, max_concurrency=row.concurrency,
-                                  prompt_overhead_tokens=0, rid_prefix=_RID)
-        return wl, 0, client
+                                  prompt_overhead_tokens=0, rid_prefix=_RID,
+                                  warmup_requests=row.warmup_requests or 0)
+        return wl, row.warmup_requests or 0, client
     prompt, output = lengths(p.length_dist or row.length_dist, row.isl, row.osl, p.prompt_overhead_tokens)
     if client == "aiperf" and row.concurrency is not None:
         n = row.num_requests or p.requests_per_client * row.concurrency
