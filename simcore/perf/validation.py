@@ -3,7 +3,8 @@
 The measurement-file format (``../shared/data/validation/*.csv``): ``id, model, gpu, precision, tp, ep,
 dp_attention, isl, osl, concurrency, request_rate, num_requests, sglang_version, measured_ttft_ms,
 measured_tpot_ms, measured_throughput_rps``; blanks allowed. Optional columns: ``max_total_tokens`` (the KV pool
-the real server reported), ``warmup_requests`` (total warm-up requests; blank = the protocol's per-client count),
+the real server reported), ``warmup_requests`` (total warm-up requests; blank = the protocol's per-client count for aiperf, none for
+bench_serving, where a number is a barrier of that many copies of the first request, InferenceX's ``--num-warmups``),
 ``length_dist`` (``fixed``, the default: every request has exactly ``isl``/``osl`` tokens; ``sharegpt``: lengths
 drawn from `SHAREGPT_SHAPE_*` scaled to means ``isl``/``osl``; ``exponential``: the same with
 `EXPONENTIAL_SHAPE`), ``unsupported`` (a reason the row cannot be simulated,
