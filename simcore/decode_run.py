@@ -77,12 +77,12 @@ class DecodeStepTimes:
         if q <= rows:
             return self.price(rows, graph_bs, sum_kv)
         x0 = sum_kv // q * q
-        g0, c0 = self._knot(rows, graph_bs, x0)
+        launches_base, c0 = self._knot(rows, graph_bs, x0)
         if x0 == sum_kv:
-            return g0, c0
+            return launches_base, c0
         g1, c1 = self._knot(rows, graph_bs, x0 + q)
         w = (sum_kv - x0) / q
-        return g0 + (g1 - g0) * w, c0 + (c1 - c0) * w
+        return launches_base + (g1 - launches_base) * w, c0 + (c1 - c0) * w
 
     def times(self, rows: int, graph_bs: int | None, sum_kv0: int, steps: int) -> tuple[list[float], list[float]]:
         """(gpu_s, cpu_s) lists for ``steps`` decode steps of ``rows`` rows, step j at Σkv = sum_kv0 + j·rows."""
@@ -95,15 +95,15 @@ class DecodeStepTimes:
         s = sum_kv0
         k = s // q
         x0 = k * q
-        g0, c0 = self._knot(rows, graph_bs, x0)
+        launches_base, c0 = self._knot(rows, graph_bs, x0)
         g1, c1 = self._knot(rows, graph_bs, x0 + q)
         for _ in range(steps):
             while s >= x0 + q:
                 x0 += q
-                g0, c0 = g1, c1
+                launches_base, c0 = g1, c1
                 g1, c1 = self._knot(rows, graph_bs, x0 + q)
             w = (s - x0) / q
-            gpu.append(g0 + (g1 - g0) * w)
+            gpu.append(launches_base + (g1 - launches_base) * w)
             cpu.append(c0 + (c1 - c0) * w)
             s += rows
         return gpu, cpu
@@ -121,8 +121,8 @@ class DecodeStepTimes:
         knots = np.array([self._knot(rows, graph_bs, (k0 + i) * q) for i in range(nk)], dtype=float)
         i = k - k0
         w = (s - k * q) / q
-        g0, c0 = knots[i, 0], knots[i, 1]
-        return g0 + (knots[i + 1, 0] - g0) * w, c0 + (knots[i + 1, 1] - c0) * w
+        launches_base, c0 = knots[i, 0], knots[i, 1]
+        return launches_base + (knots[i + 1, 0] - launches_base) * w, c0 + (knots[i + 1, 1] - c0) * w
 
     def spacing(self, sum_kv: int) -> int:
         """Knot spacing for runs starting at ``sum_kv``: the largest power of two ≤ spacing × Σkv (≥ 1)."""
@@ -265,9 +265,9 @@ class DecodeRuns:
         applied in the run carries no finish or first token, and the next iteration starts before the next
         arrival or SimPy event (so neither ingest nor a yield is skipped). The state afterwards is exactly
         the step-by-step loop's after the same iterations."""
-        R = self.R
+        decoding = self.decoding
         latched = self.batch_is_full and not self.preempt  # the prefill pass is skipped, arrivals or not
-        if (self.chunked is not None or self.zombies or self.joined or self.F or not R
+        if (self.chunked is not None or self.zombies or self.joined or self.awaiting_result or not decoding
                 or (self.waiting and not latched)):
             return False
         prev = self.inflight
@@ -276,12 +276,12 @@ class DecodeRuns:
                 return False
         elif prev is not None:
             return False
-        rows = len(R)
-        g0 = self.clk[0]
+        rows = len(decoding)
+        launches_base = self.launch_counter[0]
         heap = self.fin_heap
         limit = min(self.MAX_DECODE_RUN, self.kv.free // rows)
         if heap:  # the run may end with the launch that computes the next finisher's last token
-            limit = min(limit, heap[0][0] - g0)
+            limit = min(limit, heap[0][0] - launches_base)
         if limit < self.MIN_DECODE_RUN:
             return False
         pend = self.pending
@@ -313,7 +313,7 @@ class DecodeRuns:
                                         self.detokenize_s)
         self.emit_floor = floor
         self.last_decode_apply = last
-        self.last_decode_apply_g = g0 + len(gaps)
+        self.last_decode_apply_g = launches_base + len(gaps)
         self.itl_vals.extend(gaps)
         self.itl_w.extend([rows] * len(gaps))
         # -- the launches: n decode steps of `rows` rows
@@ -326,8 +326,8 @@ class DecodeRuns:
             if current < floor_ratio:
                 current = floor_ratio
         ratio.current = current
-        self.res.advance(g0, n, self.reqs)
-        self.clk[0] = g0 + n
+        self.res.advance(launches_base, n, self.reqs)
+        self.launch_counter[0] = launches_base + n
         self.sum_kv = sum_kv0 + n * rows
         kv = self.kv
         kv.free -= n * rows
@@ -339,11 +339,11 @@ class DecodeRuns:
         used = kv.used
         if used > self.kv_peak_used:
             self.kv_peak_used = used
-        last_b = self._run_batch(bid0 + n, rows, sum_kv0 + (n - 1) * rows, graph_bs, g0 + n, ends[n - 1])
+        last_b = self._run_batch(bid0 + n, rows, sum_kv0 + (n - 1) * rows, graph_bs, launches_base + n, ends[n - 1])
         self.gpu_free = last_b.gpu_end
         self._pop_finishers(last_b)  # as _launch_decode_rows after its launch (the run's last one)
         if overlap:
-            due = self._run_batch(bid0 + n - 1, rows, sum_kv0 + (n - 2) * rows, graph_bs, g0 + n - 1, ends[n - 2])
+            due = self._run_batch(bid0 + n - 1, rows, sum_kv0 + (n - 2) * rows, graph_bs, launches_base + n - 1, ends[n - 2])
             due.emit_s = ends[n - 2] + cpu[n - 1]
             self.inflight, self.due = last_b, due
             self.t = starts[n - 1]
