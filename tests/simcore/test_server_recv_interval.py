@@ -23,7 +23,7 @@ from simcore.perf.base import LinearLatencyModel
 from simcore.server_flags import parse_server_args
 from simcore.settings import ServerSettings, resolve
 
-from serverkit import mixed_workload, req, run
+from serverkit import mixed_workload, req, run, snapshot_and_resume
 
 GiB = 1024**3
 
@@ -87,3 +87,13 @@ def test_bench_serving_warm_up_is_a_barrier_of_copies_of_the_first_request() -> 
     assert [r.arrival_s for r in recs] == pytest.approx([0.0, 0.0, 0.03, 0.06, 0.06])
     assert wl.phase_start_s == pytest.approx(0.06)
     assert {(r.input_len, r.output_len) for r in recs[:3]} == {(wl.input_lens[0], wl.output_lens[0])}
+
+
+@pytest.mark.parametrize("cut_s", [0.105, 0.173, 0.251])
+def test_snapshot_keeps_the_poll_counter(cut_s: float) -> None:
+    # long decodes, sparse arrivals: the cut falls between polls, so a resumed server that forgot the counter would
+    # poll at other passes; with the counter and the last batch's kind in the snapshot it polls at the same ones
+    s = resolve(ServerSettings(scheduler_recv_interval=6), 80 * GiB)
+    reqs = [req("a", 0.0, 100, 60)] + [req(f"b{i}", 0.047 + 0.061 * i, 50, 20) for i in range(5)]
+    r = snapshot_and_resume(s, reqs, cut_s)
+    assert "recv_counter" in r.snapshot and r.resumed_records == r.whole_records
