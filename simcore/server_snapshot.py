@@ -75,6 +75,14 @@ def restore(cls: type["Server"], env: simpy.Environment, snap: dict[str, Any], s
     """Rebuild a server (and its SimPy process) from :meth:`snapshot` in ``env`` (``env.now`` should equal
     the snapshot's ``now``). Finish events are new: find them in ``server.events`` by rid."""
     kvs = snap["kv"]
+    # The KV accounting of a snapshot is in its own page size and radix mode: restored under other settings, every
+    # later page rounding (Server._ceil, _decode_need) would disagree with what the requests hold, and the pool's
+    # private count runs negative steps later (free_tokens(34) with -127 private tokens allocated)
+    for name, held, asked in (("page_size", kvs["page_size"], settings.page_size),
+                              ("disable_radix_cache", kvs["disable_radix"], settings.disable_radix_cache)):
+        if held != asked:
+            raise ValueError(f"snapshot taken with {name}={held!r} cannot be restored with {name}={asked!r}: restore "
+                             "with the settings the snapshot was taken with")
     rng = np.random.default_rng()
     rng.bit_generator.state = snap["rng"]
     srv = cls(env, settings, kvs["capacity"], latency, key_unit=kvs["key_unit"], rng=rng, _start=False, **kw)
