@@ -176,8 +176,7 @@ class ShadowCollector(Collector):
                     used += cost
                 else:
                     left_out += cost
-            if left_out:
-                dropped.add_metric([group], float(left_out))
+            dropped.add_metric([group], float(left_out))  # 0 is a fact here (nothing left out), not "no data"
         service.append(dropped)
         for reason, n in sorted(view.dead_letters.items()):
             dead.add_metric([reason], float(n))

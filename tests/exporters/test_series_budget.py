@@ -75,7 +75,7 @@ def test_without_a_budget_every_series_is_exported() -> None:
     one = per["small"]
     assert 250 <= one <= 300  # the fixed set of one twin (docs/metrics.md: about 270)
     assert per["dsr1"] == 12 * one
-    assert dropped == {}
+    assert dropped == {"dsr1": 0.0, "small": 0.0}  # one gauge per SGLang instance, 0: nothing left out
 
 
 @pytest.mark.parametrize("budget", [50, 700, 3000])
@@ -85,10 +85,10 @@ def test_budget_caps_one_instance_counts_the_rest_and_spares_the_others(budget: 
     per, dropped, fams = _series(text)
     for iid in ("dsr1", "small"):
         assert per[iid] <= budget
-        assert per[iid] + dropped.get(iid, 0) == full[iid]  # every series left out is counted
+        assert per[iid] + dropped[iid] == full[iid]  # every series left out is counted
     assert dropped["dsr1"] > 0
     if full["small"] <= budget:  # the single-twin instance fits: the DP server's overflow costs it nothing
-        assert per["small"] == full["small"] and "small" not in dropped
+        assert per["small"] == full["small"] and dropped["small"] == 0
     # small series first: with room for them, every rank twin still says it is up and what it counted
     up = {s.labels["sglang_instance"] for f in fams if f.name == "shadowsim_twin_up" for s in f.samples}
     if budget >= 12 * 40:
