@@ -74,6 +74,11 @@ class ServerSettings(BaseModel):
     speculative_eagle_topk: int | None = Field(None, ge=1)
     speculative_num_draft_tokens: int | None = Field(None, ge=1)
     kv_cache_dtype: str = "auto"
+    # Hybrid sliding-window KV memory (SGLang --swa-full-tokens-ratio, --disable-hybrid-swa-memory): for the
+    # architectures SGLang gives a separate SWA pool (gpt-oss), the ratio of SWA-layer to full-layer KV tokens
+    # (simcore/memory.py:hybrid_swa_pool_tokens).
+    swa_full_tokens_ratio: float = Field(0.8, gt=0, le=1)
+    disable_hybrid_swa_memory: bool = False
     context_length: int | None = Field(None, ge=2)
     disable_overlap_schedule: bool = False
     enable_mixed_chunk: bool = False

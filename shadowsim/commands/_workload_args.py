@@ -377,6 +377,9 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         "overlap_schedule": not settings.disable_overlap_schedule,
         "variability": variability.to_dict(),
     }
+    if sizing is not None and getattr(sizing, "swa_max_total_num_tokens", None) is not None:
+        # SGLang's hybrid sliding-window pool: the SWA layers' own token count (simcore/memory.py)
+        summary["server"]["swa_max_total_num_tokens"] = sizing.swa_max_total_num_tokens
     if res.unfinished:
         summary["unfinished"] = res.unfinished
     summary["offered_rps"] = offered
@@ -446,7 +449,8 @@ def memory_breakdown(gpu_bytes: int, kv_tokens: int, mem_frac: float | None, siz
     if sizing is None or mem_frac is None:
         return {}
     weights = int(sizing.weight_bytes_per_rank)
-    kv = int(kv_tokens * sizing.cell_bytes_per_token)
+    kv = int(sizing.kv_pool_bytes if kv_tokens == sizing.max_total_num_tokens  # hybrid SWA pools: both parts
+             else kv_tokens * sizing.cell_bytes_per_token)
     activations = int(gpu_bytes * (1.0 - mem_frac))
     return {"gpu_bytes": gpu_bytes, "weights_bytes": weights, "kv_pool_bytes": kv,
             "activations_bytes": activations, "other_bytes": max(0, gpu_bytes - weights - kv - activations)}
