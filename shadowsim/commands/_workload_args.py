@@ -298,11 +298,10 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
     gpu = load_gpu(args.gpu)
     settings = settings_from_args(args, gpu.memory_bytes)
     precision = args.precision or model.default_precision
-    profile = None
-    if args.profile:
-        from simcore.perf.profile import CalibrationProfile
+    from simcore.perf.profile import CalibrationProfile, default_profile
 
-        profile = CalibrationProfile.load(args.profile)
+    profile = CalibrationProfile.load(args.profile) if args.profile else default_profile()
+    profile = profile.for_version(settings.sglang_version)  # version-specific factors (docs/accuracy.md §3.11)
     latency = build_latency_model(model, gpu, args.tp, precision, backend=args.latency_backend, profile=profile,
                                   kv_cache_dtype=settings.kv_cache_dtype,
                                   parallel=ParallelLayout.from_settings(settings, gpu))
