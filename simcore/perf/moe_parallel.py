@@ -36,12 +36,12 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
 from simcore.errors import UserError
 from simcore.perf.interp import Curve
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from simcore.gpus import GpuSpec
     from simcore.models.spec import ModelSpec
     from simcore.settings import ServerSettings
