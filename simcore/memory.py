@@ -33,6 +33,10 @@ DEFAULT_LOAD_OVERHEAD_BYTES = int(0.2 * GiB)
 # SGLang PR #10975 (merged 2025-09-27, first released in 0.5.3) replaced the by-GPU-size table of
 # mem_fraction_static with the reserved-memory formula; 0.4.7 (PR #7054) … 0.5.2 still use the table.
 FIRST_FORMULA_VERSION = (0, 5, 3)
+# Up to 0.4.0.post1 (read: sglang-0.4.0.post1 wheel, srt/server_args.py ServerArgs.__post_init__, "Set mem fraction
+# static, which depends on the tensor parallelism size") the default depends on TP alone: 0.79 at TP >= 16, 0.81 at
+# >= 8, 0.85 at >= 4, 0.87 at >= 2, else 0.88, whatever the GPU. 0.4.6.post5 already sizes by GPU memory.
+LAST_TP_TABLE_VERSION = (0, 4, 0)
 # 0.5.23 captures prefill CUDA graphs; §4.1's H100 example has 58 buckets at 8 MiB each.
 DEFAULT_PREFILL_GRAPH_BUCKETS = 58
 KV_DTYPE_BYTES: dict[str, float] = {"auto": 2, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2,
@@ -77,6 +81,14 @@ def default_mem_fraction_static(gpu_memory_bytes: int, family: VersionFamily, tp
         if mem_mb > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
     return round((mem_mb - reserved) / mem_mb, 3)
+
+
+def tp_table_mem_fraction(tp_size: int, pp_size: int = 1) -> float:
+    """The default ``mem_fraction_static`` of SGLang ≤ 0.4.0.post1: by TP size only (`LAST_TP_TABLE_VERSION`)."""
+    for at_least, frac in ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87)):
+        if tp_size >= at_least:
+            return frac
+    return 0.88
 
 
 def mem_fraction_family(sglang_version: str) -> VersionFamily:
@@ -224,6 +236,8 @@ def size_kv_pool(model: "ModelSpec", gpu: "GpuSpec", settings: ServerSettings,
     # per-rank cell: the TP split of KV heads; PP splits layers evenly. DeepSeek-V3.2 adds its indexer keys.
     cell = (model.kv_cell_bytes(s.tp_size, 1) * kv_bytes + model.indexer_cell_bytes()) / s.pp_size
     frac = s.mem_fraction_static
+    if frac is None and _version_tuple(s.sglang_version) <= LAST_TP_TABLE_VERSION:
+        frac = tp_table_mem_fraction(s.tp_size)
     if frac is None:
         frac = default_mem_fraction_static(
             gpu.memory_bytes, mem_fraction_family(s.sglang_version), s.tp_size, s.chunked_prefill_size,

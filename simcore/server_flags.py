@@ -84,6 +84,8 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
                convert=lambda v: None if v is None else tuple(sorted(set(v)))),
     ServerFlag("--disable-cuda-graph-padding", "disable_cuda_graph_padding", "switch",
                "capture every batch size up to the largest (no padding)", False),
+    ServerFlag("--scheduler-recv-interval", "scheduler_recv_interval", int,
+               "poll for new requests every N decode steps (any other step: at the next pass; default 1)", 1),
     ServerFlag("--stream-interval", "stream_interval", int, "decode steps per streamed chunk (default 1)", 1),
     ServerFlag("--prefill-max-requests", "prefill_max_requests", int,
                "cap on requests admitted into one prefill batch (default: none)"),
@@ -111,6 +113,15 @@ NO_EFFECT_FLAGS: dict[str, bool] = {  # flag -> takes a value
     "--served-model-name": True, "--log-level": True, "--trust-remote-code": False, "--enable-metrics": False,
     "--skip-server-warmup": False, "--random-seed": True, "--download-dir": True, "--revision": True,
 }
+# SGLang launch flags accepted in ``server_args`` whose effect the simulator does NOT price (documented, not
+# hidden: docs/accuracy.md §3.11). ``--enable-torch-compile`` compiles the decode CUDA graphs of batch sizes up to
+# ``--torch-compile-max-bs`` (32; sglang 0.4.0.post1 model_executor/cuda_graph_runner.py ``compile_bs``): fused
+# element-wise kernels at small decode batches, nothing else.
+UNPRICED_FLAGS: dict[str, bool] = {"--enable-torch-compile": False, "--torch-compile-max-bs": True}
+# SGLang parses its flags with argparse's default ``allow_abbrev=True``, so a unique prefix is the flag (typed in
+# public launch commands, e.g. ``--mem-frac 0.87``). Only prefixes seen in measurement files are listed: shadowsim
+# knows a subset of SGLang's flags and cannot check that any other prefix is unique among all of them.
+SGLANG_ABBREVIATIONS: dict[str, str] = {"--mem-frac": "--mem-fraction-static"}
 # TP flags: must agree with the measurement row's ``tp`` column (the simulator takes TP from there)
 TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
 
@@ -180,8 +191,11 @@ def parse_server_args(text: str | None, source: str = "server_args", *, tp: int 
     while i < len(tokens):
         tok = tokens[i]
         name, has_eq, value = tok.partition("=")
-        if name in NO_EFFECT_FLAGS or name in TP_FLAGS:
-            takes = NO_EFFECT_FLAGS.get(name, True)
+        if name in SGLANG_ABBREVIATIONS:
+            name = SGLANG_ABBREVIATIONS[name]
+            tok = name + (("=" + value) if has_eq else "")
+        if name in NO_EFFECT_FLAGS or name in UNPRICED_FLAGS or name in TP_FLAGS:
+            takes = NO_EFFECT_FLAGS.get(name, UNPRICED_FLAGS.get(name, True))
             if takes and not has_eq:
                 if i + 1 >= len(tokens) or tokens[i + 1].startswith("--"):
                     raise UserError("server_args", f"{source}: argument {name}: expected one argument")

@@ -298,11 +298,10 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
     gpu = load_gpu(args.gpu)
     settings = settings_from_args(args, gpu.memory_bytes)
     precision = args.precision or model.default_precision
-    profile = None
-    if args.profile:
-        from simcore.perf.profile import CalibrationProfile
+    from simcore.perf.profile import CalibrationProfile, default_profile
 
-        profile = CalibrationProfile.load(args.profile)
+    profile = CalibrationProfile.load(args.profile) if args.profile else default_profile()
+    profile = profile.for_version(settings.sglang_version)  # version-specific factors (docs/accuracy.md §3.11)
     latency = build_latency_model(model, gpu, args.tp, precision, backend=args.latency_backend, profile=profile,
                                   kv_cache_dtype=settings.kv_cache_dtype,
                                   parallel=ParallelLayout.from_settings(settings, gpu))
@@ -377,6 +376,9 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         "overlap_schedule": not settings.disable_overlap_schedule,
         "variability": variability.to_dict(),
     }
+    if sizing is not None and getattr(sizing, "swa_max_total_num_tokens", None) is not None:
+        # SGLang's hybrid sliding-window pool: the SWA layers' own token count (simcore/memory.py)
+        summary["server"]["swa_max_total_num_tokens"] = sizing.swa_max_total_num_tokens
     if res.unfinished:
         summary["unfinished"] = res.unfinished
     summary["offered_rps"] = offered

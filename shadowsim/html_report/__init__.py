@@ -203,6 +203,10 @@ def _sweep_section(s: Any, key: str) -> str:
         out.append("<p>Skipped: " + "; ".join(html.escape(f"{k['point']['id']}: {k['reason']}")
                                               for k in s.skipped) + "</p>")
     label = {p["id"]: _config_label(p, varying) for p in s.points}
+    out.append(_figure(f"{key}-latency-percentiles",
+                       figures.sweep_latency_percentiles(s.points, label, s.load_axis, s.slo),
+                       "Latency percentiles per point (p50, p90, p99: the CDF at three quantiles) for TTFT, TPOT "
+                       "and e2e; red: the SLO."))
     out.append(_figure(f"{key}-throughput-latency", figures.throughput_latency(s.points, label, s.load_axis),
                        "Throughput per GPU against p90 TTFT and p90 TPOT, one line per configuration across load."))
     out.append(_figure(f"{key}-pareto", figures.pareto_per_load(s.points, front, s.feasible, s.load_axis,

@@ -70,6 +70,35 @@ def latency_cdfs(records: Sequence[Any], slo: dict[str, Any] | None, summary: di
     return _svg(fig)
 
 
+def sweep_latency_percentiles(points: Sequence[dict[str, Any]], label: dict[int, str], load_axis: str | None,
+                              slo: dict[str, Any] | None) -> str:
+    """Per sweep point, the latency distribution its p50/p90/p99 trace (TTFT, TPOT, e2e): a CDF at three
+    quantiles, one line per configuration and load, the SLO as a red line."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.2))
+    cmap = plt.get_cmap("viridis")
+    shown = list(points)[:16]  # beyond that the lines cannot be told apart; the table lists every point
+    for ax, (name, limit) in zip(axes, (("ttft", (slo or {}).get("ttft_ms")), ("tpot", (slo or {}).get("tpot_ms")),
+                                        ("e2e", None))):
+        for i, p in enumerate(shown):
+            qs = [(p.get(f"{name}_{q}_ms"), int(q[1:]) / 100) for q in ("p50", "p90", "p99")]
+            qs = [(x, y) for x, y in qs if x is not None and not math.isnan(x)]
+            if not qs:
+                continue
+            load = f", {p.get(load_axis):g}" if load_axis and p.get(load_axis) is not None else ""
+            ax.plot([x for x, _ in qs], [y for _, y in qs], marker="o", ms=3, lw=1,
+                    color=cmap(i / max(1, len(shown) - 1)), label=f"{label.get(p['id'], p['id'])}{load}")
+        if limit:
+            ax.axvline(limit, color="#cc0000", ls="--", lw=1)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{name.upper()} (ms)")
+        ax.set_ylim(0.45, 1.0)
+    axes[0].set_ylabel("fraction of requests")
+    axes[2].legend(fontsize=6, loc="lower right")
+    fig.tight_layout()
+    return _svg(fig)
+
+
 def replica_intervals(summaries: Sequence[dict[str, Any]]) -> str:
     import numpy as np
 

@@ -75,11 +75,11 @@ def test_sweep_report_renders_every_plot(tmp_path: Path, capsys: pytest.CaptureF
                  "--input-len", "512", "--output-len", "64", "--slo-ttft-ms", "100", "--slo-tpot-ms", "15",
                  "--replicas", "2", "-j", "1", "--quiet", "--report", str(out), "--json"]) == 0
     (tmp_path / "s.json").write_text(capsys.readouterr().out)
-    _check_figures(out, tmp_path, {"throughput-latency", "pareto", "slo-heatmap", "memory"})
+    _check_figures(out, tmp_path, {"latency-percentiles", "throughput-latency", "pareto", "slo-heatmap", "memory"})
     again = tmp_path / "again.html"  # the same report from the saved --json
     assert main(["report", str(tmp_path / "s.json"), "--out", str(again)]) == 0
     capsys.readouterr()
-    _check_figures(again, tmp_path, {"throughput-latency", "pareto", "slo-heatmap", "memory"})
+    _check_figures(again, tmp_path, {"latency-percentiles", "throughput-latency", "pareto", "slo-heatmap", "memory"})
     text = out.read_text()
     assert "SLO attainment" in text and "TTFT &lt;= 100 ms and TPOT &lt;= 15 ms" in text  # the cover
     assert text.count("<tr>") >= 5  # the point table
