@@ -29,16 +29,30 @@ their simulated time, and knots are shared between runs.
 from __future__ import annotations
 
 import heapq
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from simcore.perf.base import BatchShape, LatencyModel
 from simcore.server_state import Batch
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Default knot spacing of the interpolated step times: at most this fraction of Σkv (docs/architecture.md).
 DEFAULT_MAX_REL_SPACING = 1.0 / 128
 _KNOT_MEMO_LIMIT = 500_000
 FIRST_BLOCK = 8    # steps priced first; each further block doubles (a run rarely needs all it may take)
-NUMPY_FROM = 32    # blocks at least this long are computed with numpy (same float operations, in order)
+NUMPY_FROM = 32    # blocks at least this long are computed with numpy (same float operations, in order) ...
+PURE_PYTHON_STEPS = 100_000  # ... once this many steps of such blocks were done in pure Python (start-up: a
+# short simulation never pays numpy's ~0.1 s import; the floats are the same either way)
+_np: Any = None
+
+
+def _numpy() -> Any:
+    global _np
+    if _np is None:
+        import numpy
+        _np = numpy
+    return _np
 
 
 class DecodeStepTimes:
@@ -48,7 +62,7 @@ class DecodeStepTimes:
     interpolation in between (error bound in the module docstring; exact whenever the spacing rounds to the
     batch's own Σkv step)."""
 
-    __slots__ = ("latency", "knot_spacing", "_knots")
+    __slots__ = ("latency", "knot_spacing", "_knots", "long_steps")
 
     def __init__(self, latency: LatencyModel, knot_spacing: float = DEFAULT_MAX_REL_SPACING) -> None:
         if not 0.0 <= knot_spacing < 1.0:
@@ -56,6 +70,17 @@ class DecodeStepTimes:
         self.latency = latency
         self.knot_spacing = knot_spacing
         self._knots: dict[tuple[int, int | None, int], tuple[float, float]] = {}
+        self.long_steps = 0  # steps of blocks >= NUMPY_FROM done in pure Python (numpy takes over past a bound)
+
+    def vectorize(self, m: int) -> bool:
+        """Whether a block of ``m`` steps goes through numpy: long blocks, once ``PURE_PYTHON_STEPS`` steps of
+        long blocks were done without it (the results are the same floats either way)."""
+        if m < NUMPY_FROM:
+            return False
+        if self.long_steps >= PURE_PYTHON_STEPS:
+            return True
+        self.long_steps += m
+        return False
 
     def price(self, rows: int, graph_bs: int | None, sum_kv: int) -> tuple[float, float]:
         """(gpu_s, cpu_s) of one decode step, from the model."""
@@ -110,6 +135,7 @@ class DecodeStepTimes:
 
     def times_array(self, rows: int, graph_bs: int | None, sum_kv0: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`times` as arrays, vectorized (the same formula, so the same floats as :meth:`times`)."""
+        np = _numpy()
         q = self.spacing(sum_kv0)
         if q <= rows:
             g, c = self.times(rows, graph_bs, sum_kv0, steps)
@@ -153,7 +179,8 @@ def plan_run(times: DecodeStepTimes, rows: int, graph_bs: int | None, sum_kv0: i
         m = min(block, limit - done)
         block *= 2
         s0 = sum_kv0 + done * rows
-        if m >= NUMPY_FROM:
+        if times.vectorize(m):
+            np = _numpy()
             gpu_a, cpu_a = times.times_array(rows, graph_bs, s0, m)
             if overlap:
                 seq = np.empty(m)
@@ -215,17 +242,19 @@ def plan_run(times: DecodeStepTimes, rows: int, graph_bs: int | None, sum_kv0: i
 
 
 def decode_gaps(ends: list[float], cpu: list[float], overlap: bool, floor: float, last: float,
-                detokenize_s: float) -> tuple[list[float], float, float]:
+                detokenize_s: float, vectorize: bool = True) -> tuple[list[float], float, float]:
     """The ITL gaps of the results a run of ``n = len(ends)`` steps applies inside itself, as ``_apply`` computes
     them: overlap, iteration j + 2 applies step j (j < n − 2), whose tokens leave with the next step's CPU pass
     (``ends[j] + cpu[j + 1]``); overlap off, iteration j + 1 applies step j (j < n − 1) at its GPU end. Each emit
     is held back to the previous one's (``floor``) and shifted by the detokenizer; each gives one gap after the
-    previous client time (``last``). Returns (gaps, new floor, new last client time)."""
+    previous client time (``last``). Returns (gaps, new floor, new last client time). ``vectorize=False``: pure
+    Python whatever the length (the same floats)."""
     n = len(ends)
     m = n - 2 if overlap else n - 1
     if m <= 0:
         return [], floor, last
-    if m >= NUMPY_FROM:
+    if vectorize and m >= NUMPY_FROM:
+        np = _numpy()
         seq = np.empty(m + 1)
         seq[0] = floor
         if overlap:
@@ -310,7 +339,7 @@ class DecodeRuns:
             prev.emit_s = self.gpu_free + cpu[0]
             self._apply(prev, starts[0])
         gaps, floor, last = decode_gaps(ends, cpu, overlap, self.emit_floor, self.last_decode_apply,
-                                        self.detokenize_s)
+                                        self.detokenize_s, self.run_times.long_steps >= PURE_PYTHON_STEPS)
         self.emit_floor = floor
         self.last_decode_apply = last
         self.last_decode_apply_g = launches_base + len(gaps)

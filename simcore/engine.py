@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-import numpy as np
 import simpy
 
 from simcore.perf.base import LatencyModel
 from simcore.request import RequestSpec
+from simcore.rng import LazyGenerator
 from simcore.results import RequestRecord, StepRecord, Summary, summarize
 from simcore.server import Server
 from simcore.settings import ServerSettings
@@ -91,7 +91,7 @@ def simulate(settings: ServerSettings, latency: LatencyModel, workload: Workload
     if frontend_s > 0:
         server_kw["tokenize_s"] = server_kw.get("tokenize_s", 0.0) + frontend_s
     server = Server(env, settings, kv_capacity_tokens, latency, key_unit=key_unit,
-                    rng=np.random.default_rng(seed), observer=observer, fast=fast, **server_kw)
+                    rng=LazyGenerator(seed), observer=observer, fast=fast, **server_kw)
     wl: Workload = workload if hasattr(workload, "start") else _Replay(list(workload))  # type: ignore[arg-type]
     planned = getattr(wl, "planned_arrivals", None) if fast and until is None else None
     if planned is not None:

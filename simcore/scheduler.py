@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import sys
 from enum import Enum
-from typing import Any, Callable, Iterable, Protocol, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from simcore.settings import ServerSettings
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # In-batch prefix caching thresholds (env IN_BATCH_PREFIX_CACHING_CHECK/DEPRIORITIZE_THRESHOLD, §2.4).
 IN_BATCH_CHECK_THRESHOLD = 32

@@ -31,7 +31,6 @@ import heapq
 from collections import deque
 from typing import Any, Callable
 
-import numpy as np
 import simpy
 
 from simcore import server_snapshot as _snap
@@ -41,6 +40,7 @@ from simcore.memory import max_running_requests as _derive_max_running
 from simcore.perf.base import BatchShape, LatencyModel, has_pure_step_time
 from simcore.request import RequestSpec
 from simcore.results import RequestRecord, StepRecord
+from simcore.rng import LazyGenerator
 from simcore.scheduler import (AddResult, NewTokenRatio, PrefillAdder, order_waiting, preemption_victims,
                                retraction_order)
 from simcore.server_results import ResultProcessor
@@ -58,7 +58,7 @@ class Server(ResultProcessor, DecodeRuns):
     :class:`RequestRecord` when the request finishes; ``on_finish`` (optional) is called with it as well."""
 
     def __init__(self, env: simpy.Environment, settings: ServerSettings, kv_capacity_tokens: int,
-                 latency: LatencyModel, *, key_unit: int = 1, rng: np.random.Generator | None = None,
+                 latency: LatencyModel, *, key_unit: int = 1, rng: Any = None,
                  observer: Callable[[StepRecord], None] | None = None,
                  on_finish: Callable[[RequestRecord], None] | None = None,
                  max_running_requests: int | None = None, context_len: int | None = None,
@@ -80,7 +80,7 @@ class Server(ResultProcessor, DecodeRuns):
         # prefills (target + draft extend); ``spec`` draws the accepted lengths; decode goes through _decode_spec
         self.spec = speculative
         self.latency = latency
-        self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.rng = rng if rng is not None else LazyGenerator(0)  # a numpy Generator (made on first draw)
         self.observer = observer
         self.on_finish = on_finish
         self.fast = fast

@@ -90,6 +90,10 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
                sglang=False, assumption=True),
     ServerFlag("--page-size", "page_size", int, "KV page size in tokens (default 1)", 1),
     ServerFlag("--kv-cache-dtype", "kv_cache_dtype", str, "auto (model dtype), fp8_e4m3, fp8_e5m2", "auto"),
+    ServerFlag("--swa-full-tokens-ratio", "swa_full_tokens_ratio", float,
+               "SWA-layer KV tokens per full-layer KV token, hybrid sliding-window models (default 0.8)", 0.8),
+    ServerFlag("--disable-hybrid-swa-memory", "disable_hybrid_swa_memory", "switch",
+               "one KV pool for every layer of a sliding-window model", False),
     ServerFlag("--context-length", "context_length", int, "model context length override"),
     ServerFlag("--disable-overlap-schedule", "disable_overlap_schedule", "switch", "CPU and GPU work in series", False),
     ServerFlag("--enable-mixed-chunk", "enable_mixed_chunk", "switch", "decode rows ride along prefill chunks", False),
@@ -128,6 +132,15 @@ NO_EFFECT_FLAGS: dict[str, bool] = {  # flag -> takes a value
     "--served-model-name": True, "--log-level": True, "--trust-remote-code": False, "--enable-metrics": False,
     "--skip-server-warmup": False, "--random-seed": True, "--download-dir": True, "--revision": True,
 }
+# SGLang launch flags accepted in ``server_args`` whose effect the simulator does NOT price (documented, not
+# hidden: docs/accuracy.md §3.11). ``--enable-torch-compile`` compiles the decode CUDA graphs of batch sizes up to
+# ``--torch-compile-max-bs`` (32; sglang 0.4.0.post1 model_executor/cuda_graph_runner.py ``compile_bs``): fused
+# element-wise kernels at small decode batches, nothing else.
+UNPRICED_FLAGS: dict[str, bool] = {"--enable-torch-compile": False, "--torch-compile-max-bs": True}
+# SGLang parses its flags with argparse's default ``allow_abbrev=True``, so a unique prefix is the flag (typed in
+# public launch commands, e.g. ``--mem-frac 0.87``). Only prefixes seen in measurement files are listed: shadowsim
+# knows a subset of SGLang's flags and cannot check that any other prefix is unique among all of them.
+SGLANG_ABBREVIATIONS: dict[str, str] = {"--mem-frac": "--mem-fraction-static"}
 # TP flags: must agree with the measurement row's ``tp`` column (the simulator takes TP from there)
 TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
 
@@ -197,8 +210,11 @@ def parse_server_args(text: str | None, source: str = "server_args", *, tp: int 
     while i < len(tokens):
         tok = tokens[i]
         name, has_eq, value = tok.partition("=")
-        if name in NO_EFFECT_FLAGS or name in TP_FLAGS:
-            takes = NO_EFFECT_FLAGS.get(name, True)
+        if name in SGLANG_ABBREVIATIONS:
+            name = SGLANG_ABBREVIATIONS[name]
+            tok = name + (("=" + value) if has_eq else "")
+        if name in NO_EFFECT_FLAGS or name in UNPRICED_FLAGS or name in TP_FLAGS:
+            takes = NO_EFFECT_FLAGS.get(name, UNPRICED_FLAGS.get(name, True))
             if takes and not has_eq:
                 if i + 1 >= len(tokens) or tokens[i + 1].startswith("--"):
                     raise UserError("server_args", f"{source}: argument {name}: expected one argument")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import simpy
 
 from simcore.kv_cache import KVCache
@@ -97,6 +96,15 @@ def restore(cls: type["Server"], env: simpy.Environment, snap: dict[str, Any], s
     the snapshot's ``now``). Finish events are new: find them in ``server.events`` by rid."""
     snap = upgrade_snapshot(snap)
     kvs = snap["kv"]
+    # The KV accounting of a snapshot is in its own page size and radix mode: restored under other settings, every
+    # later page rounding (Server._ceil, _decode_need) would disagree with what the requests hold, and the pool's
+    # private count runs negative steps later (free_tokens(34) with -127 private tokens allocated)
+    for name, held, asked in (("page_size", kvs["page_size"], settings.page_size),
+                              ("disable_radix_cache", kvs["disable_radix"], settings.disable_radix_cache)):
+        if held != asked:
+            raise ValueError(f"snapshot taken with {name}={held!r} cannot be restored with {name}={asked!r}: restore "
+                             "with the settings the snapshot was taken with")
+    import numpy as np  # start-up: only a restore needs the generator's class
     rng = np.random.default_rng()
     rng.bit_generator.state = snap["rng"]
     srv = cls(env, settings, kvs["capacity"], latency, key_unit=kvs["key_unit"], rng=rng, _start=False, **kw)

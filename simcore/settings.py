@@ -79,6 +79,11 @@ class ServerSettings(BaseModel):
     # step (simcore/speculative.py AcceptanceModel). None: DEFAULT_DRAFT_ACCEPT_PROB per draft token.
     speculative_accept_length: float | None = Field(None, ge=1)
     kv_cache_dtype: str = "auto"
+    # Hybrid sliding-window KV memory (SGLang --swa-full-tokens-ratio, --disable-hybrid-swa-memory): for the
+    # architectures SGLang gives a separate SWA pool (gpt-oss), the ratio of SWA-layer to full-layer KV tokens
+    # (simcore/memory.py:hybrid_swa_pool_tokens).
+    swa_full_tokens_ratio: float = Field(0.8, gt=0, le=1)
+    disable_hybrid_swa_memory: bool = False
     context_length: int | None = Field(None, ge=2)
     disable_overlap_schedule: bool = False
     enable_mixed_chunk: bool = False
@@ -278,6 +283,25 @@ def _speculative_overrides(settings: ServerSettings, gpu_memory_bytes: int | Non
     return upd
 
 
+# SGLang ≤ 0.4.0.post1 (read: sglang-0.4.0.post1 wheel): ``cuda_graph_max_bs`` is 160 unless the GPU has under
+# 25,000 MB (then 8 below TP4, else 80; srt/server_args.py ServerArgs.__post_init__), and the captured sizes are
+# ``[1, 2, 4] + [8, 16, …, 160]`` (srt/model_executor/cuda_graph_runner.py CudaGraphRunner.__init__). Decode
+# batches above 160 run eagerly on every GPU. (0.4.6.post5 already captures [1, 2, 4, 8] + 16…160.) Chunked prefill
+# is 2048 under 25,000 MB, else 8192.
+LAST_EARLY_04_GRAPH_VERSION = (0, 4, 0)
+
+
+def early_04_cuda_graph_max_bs(gpu_memory_bytes: int | None, tp_size: int) -> int:
+    if gpu_memory_bytes is not None and gpu_memory_bytes / 1024**2 < 25_000:
+        return 8 if tp_size < 4 else 80
+    return 160
+
+
+def early_04_cuda_graph_batch_sizes(max_bs: int) -> tuple[int, ...]:
+    sizes = [1, 2, 4] + [i * 8 for i in range(1, 21)]
+    return tuple(sorted({s for s in sizes if s <= max_bs} | {max_bs}))
+
+
 def resolve(settings: ServerSettings, gpu_memory_bytes: int | None) -> ServerSettings:
     """Fill the GPU-dependent defaults (chunked prefill size, CUDA-graph sizes, policy). Idempotent."""
     fam = settings.family
@@ -286,17 +310,24 @@ def resolve(settings: ServerSettings, gpu_memory_bytes: int | None) -> ServerSet
         settings = settings.model_copy(update=_speculative_overrides(settings, gpu_memory_bytes))
     if settings.schedule_policy is None:
         upd["schedule_policy"] = settings.policy
+    early = _version_tuple(settings.sglang_version) <= LAST_EARLY_04_GRAPH_VERSION
     if settings.chunked_prefill_size is None:
-        upd["chunked_prefill_size"] = default_chunked_prefill_size(gpu_memory_bytes, fam)
+        # ≤ 0.4.0.post1: 2048 under 25,000 MB, else 8192 on every GPU (server_args.py __post_init__)
+        upd["chunked_prefill_size"] = ((2048 if gpu_memory_bytes is not None and gpu_memory_bytes / 1024**2 < 25_000
+                                        else 8192) if early
+                                       else default_chunked_prefill_size(gpu_memory_bytes, fam))
     max_bs = settings.cuda_graph_max_bs
     if max_bs is None:
-        max_bs = default_cuda_graph_max_bs(gpu_memory_bytes, fam, settings.tp_size)
+        max_bs = (early_04_cuda_graph_max_bs(gpu_memory_bytes, settings.tp_size) if early
+                  else default_cuda_graph_max_bs(gpu_memory_bytes, fam, settings.tp_size))
         if settings.max_running_requests is not None:
             max_bs = min(max_bs, settings.max_running_requests)
         upd["cuda_graph_max_bs"] = max_bs
     if settings.cuda_graph_bs is None:
         if settings.disable_cuda_graph_padding:
             upd["cuda_graph_bs"] = tuple(range(1, max_bs + 1))
+        elif early:
+            upd["cuda_graph_bs"] = early_04_cuda_graph_batch_sizes(max_bs)
         else:
             upd["cuda_graph_bs"] = cuda_graph_batch_sizes(max_bs, fam, gpu_memory_bytes)
     return settings.model_copy(update=upd) if upd else settings

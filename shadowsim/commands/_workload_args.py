@@ -299,11 +299,10 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
     gpu = load_gpu(args.gpu)
     settings = settings_from_args(args, gpu.memory_bytes)
     precision = args.precision or model.default_precision
-    profile = None
-    if args.profile:
-        from simcore.perf.profile import CalibrationProfile
+    from simcore.perf.profile import CalibrationProfile, default_profile
 
-        profile = CalibrationProfile.load(args.profile)
+    profile = CalibrationProfile.load(args.profile) if args.profile else default_profile()
+    profile = profile.for_version(settings.sglang_version)  # version-specific factors (docs/accuracy.md §3.11)
     latency = build_latency_model(model, gpu, args.tp, precision, backend=args.latency_backend, profile=profile,
                                   kv_cache_dtype=settings.kv_cache_dtype,
                                   parallel=ParallelLayout.from_settings(settings, gpu))
@@ -391,6 +390,9 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
             "simulated_accept_length": speculative.mean_accept_length},
         "variability": variability.to_dict(),
     }
+    if sizing is not None and getattr(sizing, "swa_max_total_num_tokens", None) is not None:
+        # SGLang's hybrid sliding-window pool: the SWA layers' own token count (simcore/memory.py)
+        summary["server"]["swa_max_total_num_tokens"] = sizing.swa_max_total_num_tokens
     if res.unfinished:
         summary["unfinished"] = res.unfinished
     summary["offered_rps"] = offered
@@ -460,7 +462,8 @@ def memory_breakdown(gpu_bytes: int, kv_tokens: int, mem_frac: float | None, siz
     if sizing is None or mem_frac is None:
         return {}
     weights = int(sizing.weight_bytes_per_rank)
-    kv = int(kv_tokens * sizing.cell_bytes_per_token)
+    kv = int(sizing.kv_pool_bytes if kv_tokens == sizing.max_total_num_tokens  # hybrid SWA pools: both parts
+             else kv_tokens * sizing.cell_bytes_per_token)
     activations = int(gpu_bytes * (1.0 - mem_frac))
     return {"gpu_bytes": gpu_bytes, "weights_bytes": weights, "kv_pool_bytes": kv,
             "activations_bytes": activations, "other_bytes": max(0, gpu_bytes - weights - kv - activations)}

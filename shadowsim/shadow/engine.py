@@ -231,6 +231,7 @@ class SimEngine:
         self.kv_capacity = kv_capacity_tokens(cfg, server_config, self.settings)
         self._seed = cfg.seed
         self._future: list[tuple[float, int, dict[str, Any]]] = []  # (arrival_rel, arrival order, spec fields)
+        self._future_rids: set[str] = set()  # the request ids in _future
         self._done: list[Completion] = []
         self._last_step: dict[str, float] = {"queue": 0.0, "running": 0.0, "kv_usage": 0.0}
         self._held = 0.0  # simulated time (relative) asked for by `hold` and not yet run to
@@ -267,6 +268,12 @@ class SimEngine:
                 "key": list(key) if key is not None else None, "ignore_eos": ignore_eos, "priority": priority}
         now = max(float(self.env.now), self._held)
         heapq.heappush(self._future, (max(arrival_ts - self.epoch_ts, now), order, spec))
+        self._future_rids.add(rid)
+
+    def holds(self, rid: str) -> bool:
+        """Whether a request of this id is in the simulation (submitted and not finished): the simulator refuses a
+        second request of the same id until the first has left."""
+        return rid in self._future_rids or rid in self.server.reqs
 
     def advance_to(self, ts: float) -> list[Completion]:
         """Run the simulation up to (not including) event time ``ts`` (or the held time, if later), entering due
@@ -275,6 +282,7 @@ class SimEngine:
         self._held = 0.0
         while self._future and self._future[0][0] < until:
             at, _, spec = heapq.heappop(self._future)
+            self._future_rids.discard(spec["rid"])
             self._run(at)
             self._enter(at, spec)
         self._run(until)
@@ -339,6 +347,7 @@ class SimEngine:
     def _restore(self, snap: dict[str, Any], server_cls: Any) -> None:
         self._future = [(float(a), int(s), spec) for a, s, spec in snap["future"]]
         heapq.heapify(self._future)
+        self._future_rids = {spec["rid"] for _, _, spec in self._future}
         self._last_step = dict(snap["last_step"])
         self.latency.factors.update(snap["factors"])
         self.env = simpy.Environment(initial_time=float(snap["now"]))

@@ -209,8 +209,9 @@ def test_numpy_blocks_give_the_same_floats_as_the_python_loop(monkeypatch, overl
 
     def plan(bound: float) -> tuple:  # type: ignore[type-arg]
         times = DecodeStepTimes(TABLE, spacing)
+        times.long_steps = dr.PURE_PYTHON_STEPS  # numpy takes over long blocks past this many plain steps
         starts, ends, cpu = dr.plan_run(times, 200, 200, 200 * 3000 + 17, 700, 5.0, 5.004, bound, overlap)
-        gaps = dr.decode_gaps(ends, cpu, overlap, 4.9, 4.95, 0.001)
+        gaps = dr.decode_gaps(ends, cpu, overlap, 4.9, 4.95, 0.001, vectorize=dr.NUMPY_FROM < 10**9)
         return starts, ends, cpu, gaps
 
     for bound in (float("inf"), 7.3, 5.05):
@@ -222,3 +223,17 @@ def test_numpy_blocks_give_the_same_floats_as_the_python_loop(monkeypatch, overl
         nxt = plain[0] if overlap else plain[1]  # when each iteration after a step starts
         assert all(x < bound for x in nxt[:-1])  # every iteration of the run starts before the bound
         assert len(nxt) == 700 or nxt[-1] >= bound  # and it stops at the first that would not
+
+
+def test_numpy_takes_over_long_blocks_only_after_the_pure_python_budget() -> None:
+    """Start-up: a fresh server does long blocks in pure Python (no numpy import) until PURE_PYTHON_STEPS steps of
+    them were done, then numpy (same floats, checked above)."""
+    import simcore.decode_run as dr
+
+    times = DecodeStepTimes(TABLE, DEFAULT_MAX_REL_SPACING)
+    assert not times.vectorize(dr.NUMPY_FROM - 1)
+    done = 0
+    while done < dr.PURE_PYTHON_STEPS:
+        assert not times.vectorize(4096)
+        done += 4096
+    assert times.vectorize(dr.NUMPY_FROM) and not times.vectorize(dr.NUMPY_FROM - 1)
