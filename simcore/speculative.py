@@ -94,20 +94,33 @@ class SpeculativeConfig:
 
         - ``draft``: ``draft_forward`` runs the draft model num_steps − 1 times (the loop breaks before the last
           step's forward), each a decode of ``batch × topk`` rows;
-        - ``verify``: one target forward (TARGET_VERIFY) over ``num_draft_tokens`` tokens per request;
-        - ``forward_draft_extend_after_decode``: one draft forward over ``num_steps + 1`` tokens per request
-          (``num_tokens_per_req = speculative_num_steps + 1``, padded to that in its CUDA graph), which also
-          proposes the next iteration's first draft token.
+        - ``verify``: one target forward (``ForwardMode.TARGET_VERIFY``) over ``num_draft_tokens`` tokens per
+          request, captured in CUDA graphs with ``num_tokens_per_bs`` = num_draft_tokens
+          (eagle_worker.py ``init_cuda_graphs`` → cuda_graph_runner.py);
+        - ``forward_draft_extend_after_decode``: one draft forward (``DRAFT_EXTEND``) over ``num_steps + 1``
+          tokens per request (padded to that in its CUDA graph), which also proposes the next first draft token.
 
-        ``accept_len`` is not used (the padded draft extend does not depend on it); kept for callers that pass
-        it. The host pass is the target's (``cpu_s`` of the verify forward)."""
+        Verify and draft extend are decode-like passes, not prefills: MLA models run them on the absorbed MLA
+        kernel over each request's KV with q_len tokens, not on the MHA prefix path of a plain extend
+        (models/deepseek_common/attention_backend_handler.py ``handle_attention_trtllm_mla``: MHA_CHUNKED_KV
+        only when ``forward_mode.is_extend_without_speculative()``; trtllm_mla_backend.py handles
+        ``is_target_verify()`` / ``is_draft_extend()`` with the decode kernel and its q_len). Each
+        is priced as a decode of ``batch × tokens`` rows whose KV is read once per request (Σkv = ``sum_kv``):
+        the GEMMs see every token, the attention traffic is the requests' KV. ``accept_len`` is not used (the
+        padded draft extend does not depend on it); kept for callers that pass it. The host pass is the
+        target's (``cpu_s`` of the verify forward)."""
         kv = max(1, sum_kv // max(1, batch))
         rows = batch * self.eagle_topk
-        graph = None if cuda_graph_bs is None else cuda_graph_bs * self.eagle_topk
-        draft_step = draft.step_time(BatchShape(num_decode=rows, decode_sum_kv=rows * kv, cuda_graph_bs=graph))
-        verify = target.step_time(BatchShape(extend_lens=(self.num_draft_tokens,) * batch,
-                                             prefix_lens=(kv,) * batch))
-        extend = draft.step_time(BatchShape(extend_lens=(self.num_steps + 1,) * batch, prefix_lens=(kv,) * batch))
+
+        def graph(tokens_per_req: int) -> int | None:
+            return None if cuda_graph_bs is None else cuda_graph_bs * tokens_per_req
+
+        draft_step = draft.step_time(BatchShape(num_decode=rows, decode_sum_kv=rows * kv,
+                                                cuda_graph_bs=graph(self.eagle_topk)))
+        verify = target.step_time(BatchShape(num_decode=batch * self.num_draft_tokens, decode_sum_kv=sum_kv,
+                                             cuda_graph_bs=graph(self.num_draft_tokens)))
+        extend = draft.step_time(BatchShape(num_decode=batch * (self.num_steps + 1), decode_sum_kv=sum_kv,
+                                            cuda_graph_bs=graph(self.num_steps + 1)))
         gpu = (self.num_steps - 1) * draft_step.gpu_s + verify.gpu_s + extend.gpu_s
         return StepTime(gpu, verify.cpu_s)
 

@@ -72,8 +72,9 @@ def test_one_request_every_draft_accepted_by_hand() -> None:
                    speculative=spec)
     prefill = (0.005 + 100e-4) + (0.001 + 100e-4)  # target extend + draft extend of the prompt
 
-    def iteration(kv: int) -> float:  # 2 draft decodes of 1 row + verify of 4 tokens + draft extend of 4
-        return 2 * (0.001 + 1e-5 + kv * 1e-8) + (0.005 + 4e-4) + (0.001 + 4e-4)
+    def iteration(kv: int) -> float:  # 2 draft decodes of 1 row + verify of 4 rows + draft extend of 4 rows,
+        # each over the request's KV, read once (CUDA graph of bs 1 × 4 tokens)
+        return 2 * (0.001 + 1e-5 + kv * 1e-8) + (0.005 + 4e-5 + kv * 1e-8) + (0.001 + 4e-5 + kv * 1e-8)
 
     # outputs 1 → 5 → 9 → 10: three iterations over 101, 105, 109 KV tokens
     rec = res.records[0]

@@ -61,9 +61,11 @@ def test_iteration_time_by_hand() -> None:
     # 0.5.9 eagle_worker.py: draft_forward runs num_steps − 1 = 2 draft decodes (its loop breaks before the last
     # forward), verify = one target pass over 4 tokens per request, forward_draft_extend_after_decode = one
     # draft pass over num_steps + 1 = 4 tokens per request
+    # verify and draft extend are decode-like passes (TARGET_VERIFY / DRAFT_EXTEND): 2 × 4 rows, each request's
+    # 1000 KV tokens read once
     draft_step = 0.001 + 2 * 1e-5 + 2000 * 1e-8      # 2 rows over 1000 KV tokens each
-    verify = 0.005 + 8 * 1e-4                         # 2 requests × 4 draft tokens
-    extend = 0.001 + 8 * 1e-4                         # 2 requests × 4 tokens
+    verify = 0.005 + 8 * 1e-5 + 2000 * 1e-8           # 2 requests × 4 draft tokens
+    extend = 0.001 + 8 * 1e-5 + 2000 * 1e-8           # 2 requests × (3 + 1) tokens
     assert it.gpu_s == pytest.approx(2 * draft_step + verify + extend)
     assert speculative_decode_rate(cfg, target, draft, 2, 2000, 2.0, overlap=True) == pytest.approx(
         2.0 / (2 * draft_step + verify + extend))
