@@ -50,6 +50,7 @@ from simcore.speculative import SpeculativeDecoding
 
 WAITING_PREFIX_REFRESH_INTERVAL = 32   # §2.4: scheduling passes between two refreshes
 WAITING_PREFIX_REFRESH_MAX_QUEUE = 128  # §2.4: waiting requests touched per refresh
+RECV_SKIPPER_WEIGHT_OTHER = 1000  # SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DEFAULT (0.5.9 environ.py): non-decode passes
 LATE = 2  # SimPy priority: URGENT=0, NORMAL=1; our wake-ups run after every same-time event
 
 
@@ -63,7 +64,7 @@ class Server(ResultProcessor, DecodeRuns):
                  on_finish: Callable[[RequestRecord], None] | None = None,
                  max_running_requests: int | None = None, context_len: int | None = None,
                  tokenize_s: float = 0.0, detokenize_s: float = 0.0, fast: bool = True,
-                 decode_run_spacing: float = DEFAULT_MAX_REL_SPACING,
+                 decode_run_spacing: float = DEFAULT_MAX_REL_SPACING, signal_finishes: bool = True,
                  speculative: SpeculativeDecoding | None = None, _start: bool = True) -> None:
         if (settings.chunked_prefill_size is None or settings.cuda_graph_bs is None
                 or settings.speculative_algorithm is not None):  # (resolve applies what speculation forces)
@@ -84,6 +85,9 @@ class Server(ResultProcessor, DecodeRuns):
         self.observer = observer
         self.on_finish = on_finish
         self.fast = fast
+        # False: finish events and on_finish are never triggered, ``records`` is all: no SimPy event per finish,
+        # so the loop need not yield for one (simulate, when nothing watches finishes: open-loop arrivals)
+        self.signal_finishes = signal_finishes
         self.tokenize_s = tokenize_s      # HTTP-side tokenization before the scheduler sees the request
         self.detokenize_s = detokenize_s  # detokenizer + HTTP hop added to every emitted token's time
         # serial host-side stages (settings, docs/accuracy.md §3.5); *_free: when the stage is next idle
@@ -150,7 +154,16 @@ class Server(ResultProcessor, DecodeRuns):
         # decode runs (simcore.decode_run): jump over stretches of identical decode steps. Off with an observer
         # (it wants every step), host output stages or pages > 1 (their per-step work is not modelled in a run),
         # and for latency models that do not declare a pure step time (random per call, clock-dependent)
-        self.decode_runs = (fast and observer is None and not self.out_on and self.page == 1 and speculative is None
+        # --scheduler-recv-interval (Scheduler.recv_requests + SchedulerRecvSkipper, sglang 0.5.9
+        # managers/scheduler_recv_skipper.py): before each pass the counter grows by the weight of the batch the
+        # previous pass launched (decode 1, none 1, any other mode 1000); new requests are polled only when it
+        # reaches the interval (then it restarts at 0). 1 = poll every pass (no skipper).
+        self.recv_interval = settings.scheduler_recv_interval
+        self.recv_counter = self.recv_interval  # a new server has idled (warm-up, waiting): its first poll is due
+        self.last_kind: str | None = None  # kind of the batch the previous pass launched (None: nothing)
+        self.decode_runs = (fast and observer is None and not self.out_on and self.page == 1
+                            and self.recv_interval == 1  # a run would ingest at passes that skip the poll
+                            and speculative is None  # accepted lengths are drawn per step
                             and has_pure_step_time(self.latency))  # runs price steps ahead of their time
         self.run_times = DecodeStepTimes(self.latency, decode_run_spacing)
         self.proc = env.process(self._run()) if _start else None
@@ -232,15 +245,18 @@ class Server(ResultProcessor, DecodeRuns):
                 self._apply(self.due, self.t)
                 self.due = None
             t = self.t
-            # ingest: arrivals are picked up only at iteration starts (§6.3, §8.3.15)
+            # ingest: arrivals are picked up only at iteration starts (§6.3, §8.3.15), and with a recv interval
+            # only at the passes whose poll is due
             pend = self.pending
-            while pend and pend[0][0] <= t:
+            poll = self.recv_interval == 1 or self._recv_due()
+            while poll and pend and pend[0][0] <= t:
                 req = heapq.heappop(pend)[2]
                 req.wait_entry_s = req.ingest_s
                 self.waiting.append(req)
             if self.decode_runs and self._decode_run(t):
                 batch = None  # a run of decode iterations was done; self.t is the iteration after it
             elif (batch := self._schedule(t)) is not None:
+                self.last_kind = batch.kind
                 if self.decode_runs and batch.kind == "decode":  # priced like a run's steps (same knots)
                     sh = batch.shape
                     gpu, cpu = self.run_times.one(sh.num_decode, sh.cuda_graph_bs, sh.decode_sum_kv)
@@ -274,11 +290,16 @@ class Server(ResultProcessor, DecodeRuns):
                                              batch.retracted))
                 self.t = nxt
             elif self.inflight is not None:  # overlap: nothing new to launch; process the last result
+                self.last_kind = None
                 self.due = self.inflight
                 self.inflight = None
                 self.t = self.due.emit_s = max(t, self.due.gpu_end)
             else:
                 self.ratio.reset()  # Scheduler.on_idle()
+                # idle passes take microseconds and each adds 1 to the recv counter: by the time a request
+                # arrives at an idle server, its poll is due
+                self.last_kind = None
+                self.recv_counter = self.recv_interval
                 # requests submitted ahead of time count as pending only from their submission time on
                 ahead = self.ahead
                 while ahead and ahead[0] <= t:
@@ -300,9 +321,19 @@ class Server(ResultProcessor, DecodeRuns):
                 else:
                     continue
             due = self.due
-            if (not self.fast or self.t >= env.peek() or (due is not None and due.finishers)
+            if (not self.fast or self.t >= env.peek() or (due is not None and due.finishers and self.signal_finishes)
                     or self.t < env.now):
                 yield self._late(self.t - env.now)
+
+    def _recv_due(self) -> bool:
+        """``SchedulerRecvSkipper.handle(last_forward_mode)``, once per pass: add the weight of the batch the previous
+        pass launched (decode or none: 1; prefill or mixed: 1000, ``SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_*``) and
+        poll (True, the counter back to 0) once it reaches the interval."""
+        self.recv_counter += 1 if self.last_kind in (None, "decode") else RECV_SKIPPER_WEIGHT_OTHER
+        if self.recv_counter < self.recv_interval:
+            return False
+        self.recv_counter = 0
+        return True
 
     # ---- scheduling (get_next_batch_to_run, §2.2) ---------------------------------------------------
     def _schedule(self, t: float) -> Batch | None:

@@ -105,6 +105,8 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
                convert=lambda v: None if v is None else tuple(sorted(set(v)))),
     ServerFlag("--disable-cuda-graph-padding", "disable_cuda_graph_padding", "switch",
                "capture every batch size up to the largest (no padding)", False),
+    ServerFlag("--scheduler-recv-interval", "scheduler_recv_interval", int,
+               "poll for new requests every N decode steps (any other step: at the next pass; default 1)", 1),
     ServerFlag("--stream-interval", "stream_interval", int, "decode steps per streamed chunk (default 1)", 1),
     ServerFlag("--prefill-max-requests", "prefill_max_requests", int,
                "cap on requests admitted into one prefill batch (default: none)"),

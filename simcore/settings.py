@@ -99,6 +99,10 @@ class ServerSettings(BaseModel):
     cuda_graph_max_bs: int | None = Field(None, ge=1)
     cuda_graph_bs: tuple[int, ...] | None = None
     stream_interval: int = Field(1, ge=1)
+    # --scheduler-recv-interval (sglang 0.5.9 managers/scheduler_recv_skipper.py): the scheduler polls for new
+    # requests only when a counter, raised by 1 after a decode step (or an idle pass) and by 1000 after any other
+    # step, reaches this value; 1 (the default) polls every iteration.
+    scheduler_recv_interval: int = Field(1, ge=1)
     # Environment knobs of the scheduler (SGLANG_* variables), with SGLang's defaults.
     init_new_token_ratio: float = Field(0.7, gt=0, le=1)
     # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR may exceed 1: the floor is then clamped to 1.0 and the "decay" turns into a
