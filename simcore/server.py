@@ -63,7 +63,8 @@ class Server(ResultProcessor, DecodeRuns):
                  on_finish: Callable[[RequestRecord], None] | None = None,
                  max_running_requests: int | None = None, context_len: int | None = None,
                  tokenize_s: float = 0.0, detokenize_s: float = 0.0, fast: bool = True,
-                 decode_run_spacing: float = DEFAULT_MAX_REL_SPACING, _start: bool = True) -> None:
+                 decode_run_spacing: float = DEFAULT_MAX_REL_SPACING, signal_finishes: bool = True,
+                 _start: bool = True) -> None:
         if settings.chunked_prefill_size is None or settings.cuda_graph_bs is None:
             settings = resolve(settings, None)
         self.env = env
@@ -73,6 +74,9 @@ class Server(ResultProcessor, DecodeRuns):
         self.observer = observer
         self.on_finish = on_finish
         self.fast = fast
+        # False: finish events and on_finish are never triggered, ``records`` is all: no SimPy event per finish,
+        # so the loop need not yield for one (simulate, when nothing watches finishes: open-loop arrivals)
+        self.signal_finishes = signal_finishes
         self.tokenize_s = tokenize_s      # HTTP-side tokenization before the scheduler sees the request
         self.detokenize_s = detokenize_s  # detokenizer + HTTP hop added to every emitted token's time
         # serial host-side stages (settings, docs/accuracy.md §3.5); *_free: when the stage is next idle
@@ -305,7 +309,7 @@ class Server(ResultProcessor, DecodeRuns):
                 else:
                     continue
             due = self.due
-            if (not self.fast or self.t >= env.peek() or (due is not None and due.finishers)
+            if (not self.fast or self.t >= env.peek() or (due is not None and due.finishers and self.signal_finishes)
                     or self.t < env.now):
                 yield self._late(self.t - env.now)
 
