@@ -10,7 +10,8 @@ from typing import Any
 
 def models() -> list[dict[str, Any]]:
     """One record per catalogued model: id, architecture, parameters (total and active per token), layers,
-    attention kind, KV bytes per token (bf16, whole model), context length, shipped precision."""
+    attention kind, KV bytes per token (bf16, whole model), context length, shipped precision, sliding-window
+    layers and their window."""
     from simcore.models.loader import _canonical, list_models, load_model
 
     out = []
@@ -24,6 +25,8 @@ def models() -> list[dict[str, Any]]:
             "num_experts": m.num_experts, "experts_per_token": m.top_k,
             "kv_bytes_per_token": int(m.kv_cell_bytes(1, 2)), "context_length_tokens": m.context_length,
             "precision": m.default_precision,
+            # sliding-window layers (gpt-oss, Gemma 3): how many, and how far back they look
+            "sliding_window_layers": m.num_swa_layers, "sliding_window_tokens": m.sliding_window,
         })
     return out
 

@@ -29,16 +29,30 @@ their simulated time, and knots are shared between runs.
 from __future__ import annotations
 
 import heapq
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from simcore.perf.base import BatchShape, LatencyModel
 from simcore.server_state import Batch
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Default knot spacing of the interpolated step times: at most this fraction of Σkv (docs/architecture.md).
 DEFAULT_MAX_REL_SPACING = 1.0 / 128
 _KNOT_MEMO_LIMIT = 500_000
 FIRST_BLOCK = 8    # steps priced first; each further block doubles (a run rarely needs all it may take)
-NUMPY_FROM = 32    # blocks at least this long are computed with numpy (same float operations, in order)
+NUMPY_FROM = 32    # blocks at least this long are computed with numpy (same float operations, in order) ...
+PURE_PYTHON_STEPS = 100_000  # ... once this many steps of such blocks were done in pure Python (start-up: a
+# short simulation never pays numpy's ~0.1 s import; the floats are the same either way)
+_np: Any = None
+
+
+def _numpy() -> Any:
+    global _np
+    if _np is None:
+        import numpy
+        _np = numpy
+    return _np
 
 
 class DecodeStepTimes:
@@ -48,7 +62,7 @@ class DecodeStepTimes:
     interpolation in between (error bound in the module docstring; exact whenever the spacing rounds to the
     batch's own Σkv step)."""
 
-    __slots__ = ("latency", "knot_spacing", "_knots")
+    __slots__ = ("latency", "knot_spacing", "_knots", "long_steps")
 
     def __init__(self, latency: LatencyModel, knot_spacing: float = DEFAULT_MAX_REL_SPACING) -> None:
         if not 0.0 <= knot_spacing < 1.0:
@@ -56,6 +70,17 @@ class DecodeStepTimes:
         self.latency = latency
         self.knot_spacing = knot_spacing
         self._knots: dict[tuple[int, int | None, int], tuple[float, float]] = {}
+        self.long_steps = 0  # steps of blocks >= NUMPY_FROM done in pure Python (numpy takes over past a bound)
+
+    def vectorize(self, m: int) -> bool:
+        """Whether a block of ``m`` steps goes through numpy: long blocks, once ``PURE_PYTHON_STEPS`` steps of
+        long blocks were done without it (the results are the same floats either way)."""
+        if m < NUMPY_FROM:
+            return False
+        if self.long_steps >= PURE_PYTHON_STEPS:
+            return True
+        self.long_steps += m
+        return False
 
     def price(self, rows: int, graph_bs: int | None, sum_kv: int) -> tuple[float, float]:
         """(gpu_s, cpu_s) of one decode step, from the model."""
@@ -77,12 +102,12 @@ class DecodeStepTimes:
         if q <= rows:
             return self.price(rows, graph_bs, sum_kv)
         x0 = sum_kv // q * q
-        g0, c0 = self._knot(rows, graph_bs, x0)
+        launches_base, c0 = self._knot(rows, graph_bs, x0)
         if x0 == sum_kv:
-            return g0, c0
+            return launches_base, c0
         g1, c1 = self._knot(rows, graph_bs, x0 + q)
         w = (sum_kv - x0) / q
-        return g0 + (g1 - g0) * w, c0 + (c1 - c0) * w
+        return launches_base + (g1 - launches_base) * w, c0 + (c1 - c0) * w
 
     def times(self, rows: int, graph_bs: int | None, sum_kv0: int, steps: int) -> tuple[list[float], list[float]]:
         """(gpu_s, cpu_s) lists for ``steps`` decode steps of ``rows`` rows, step j at Σkv = sum_kv0 + j·rows."""
@@ -95,21 +120,22 @@ class DecodeStepTimes:
         s = sum_kv0
         k = s // q
         x0 = k * q
-        g0, c0 = self._knot(rows, graph_bs, x0)
+        launches_base, c0 = self._knot(rows, graph_bs, x0)
         g1, c1 = self._knot(rows, graph_bs, x0 + q)
         for _ in range(steps):
             while s >= x0 + q:
                 x0 += q
-                g0, c0 = g1, c1
+                launches_base, c0 = g1, c1
                 g1, c1 = self._knot(rows, graph_bs, x0 + q)
             w = (s - x0) / q
-            gpu.append(g0 + (g1 - g0) * w)
+            gpu.append(launches_base + (g1 - launches_base) * w)
             cpu.append(c0 + (c1 - c0) * w)
             s += rows
         return gpu, cpu
 
     def times_array(self, rows: int, graph_bs: int | None, sum_kv0: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`times` as arrays, vectorized (the same formula, so the same floats as :meth:`times`)."""
+        np = _numpy()
         q = self.spacing(sum_kv0)
         if q <= rows:
             g, c = self.times(rows, graph_bs, sum_kv0, steps)
@@ -121,8 +147,8 @@ class DecodeStepTimes:
         knots = np.array([self._knot(rows, graph_bs, (k0 + i) * q) for i in range(nk)], dtype=float)
         i = k - k0
         w = (s - k * q) / q
-        g0, c0 = knots[i, 0], knots[i, 1]
-        return g0 + (knots[i + 1, 0] - g0) * w, c0 + (knots[i + 1, 1] - c0) * w
+        launches_base, c0 = knots[i, 0], knots[i, 1]
+        return launches_base + (knots[i + 1, 0] - launches_base) * w, c0 + (knots[i + 1, 1] - c0) * w
 
     def spacing(self, sum_kv: int) -> int:
         """Knot spacing for runs starting at ``sum_kv``: the largest power of two ≤ spacing × Σkv (≥ 1)."""
@@ -153,7 +179,8 @@ def plan_run(times: DecodeStepTimes, rows: int, graph_bs: int | None, sum_kv0: i
         m = min(block, limit - done)
         block *= 2
         s0 = sum_kv0 + done * rows
-        if m >= NUMPY_FROM:
+        if times.vectorize(m):
+            np = _numpy()
             gpu_a, cpu_a = times.times_array(rows, graph_bs, s0, m)
             if overlap:
                 seq = np.empty(m)
@@ -215,17 +242,19 @@ def plan_run(times: DecodeStepTimes, rows: int, graph_bs: int | None, sum_kv0: i
 
 
 def decode_gaps(ends: list[float], cpu: list[float], overlap: bool, floor: float, last: float,
-                detokenize_s: float) -> tuple[list[float], float, float]:
+                detokenize_s: float, vectorize: bool = True) -> tuple[list[float], float, float]:
     """The ITL gaps of the results a run of ``n = len(ends)`` steps applies inside itself, as ``_apply`` computes
     them: overlap, iteration j + 2 applies step j (j < n − 2), whose tokens leave with the next step's CPU pass
     (``ends[j] + cpu[j + 1]``); overlap off, iteration j + 1 applies step j (j < n − 1) at its GPU end. Each emit
     is held back to the previous one's (``floor``) and shifted by the detokenizer; each gives one gap after the
-    previous client time (``last``). Returns (gaps, new floor, new last client time)."""
+    previous client time (``last``). Returns (gaps, new floor, new last client time). ``vectorize=False``: pure
+    Python whatever the length (the same floats)."""
     n = len(ends)
     m = n - 2 if overlap else n - 1
     if m <= 0:
         return [], floor, last
-    if m >= NUMPY_FROM:
+    if vectorize and m >= NUMPY_FROM:
+        np = _numpy()
         seq = np.empty(m + 1)
         seq[0] = floor
         if overlap:
@@ -265,9 +294,9 @@ class DecodeRuns:
         applied in the run carries no finish or first token, and the next iteration starts before the next
         arrival or SimPy event (so neither ingest nor a yield is skipped). The state afterwards is exactly
         the step-by-step loop's after the same iterations."""
-        R = self.R
+        decoding = self.decoding
         latched = self.batch_is_full and not self.preempt  # the prefill pass is skipped, arrivals or not
-        if (self.chunked is not None or self.zombies or self.joined or self.F or not R
+        if (self.chunked is not None or self.zombies or self.joined or self.awaiting_result or not decoding
                 or (self.waiting and not latched)):
             return False
         prev = self.inflight
@@ -276,12 +305,12 @@ class DecodeRuns:
                 return False
         elif prev is not None:
             return False
-        rows = len(R)
-        g0 = self.clk[0]
+        rows = len(decoding)
+        launches_base = self.launch_counter[0]
         heap = self.fin_heap
         limit = min(self.MAX_DECODE_RUN, self.kv.free // rows)
         if heap:  # the run may end with the launch that computes the next finisher's last token
-            limit = min(limit, heap[0][0] - g0)
+            limit = min(limit, heap[0][0] - launches_base)
         if limit < self.MIN_DECODE_RUN:
             return False
         pend = self.pending
@@ -310,10 +339,10 @@ class DecodeRuns:
             prev.emit_s = self.gpu_free + cpu[0]
             self._apply(prev, starts[0])
         gaps, floor, last = decode_gaps(ends, cpu, overlap, self.emit_floor, self.last_decode_apply,
-                                        self.detokenize_s)
+                                        self.detokenize_s, self.run_times.long_steps >= PURE_PYTHON_STEPS)
         self.emit_floor = floor
         self.last_decode_apply = last
-        self.last_decode_apply_g = g0 + len(gaps)
+        self.last_decode_apply_g = launches_base + len(gaps)
         self.itl_vals.extend(gaps)
         self.itl_w.extend([rows] * len(gaps))
         # -- the launches: n decode steps of `rows` rows
@@ -326,8 +355,8 @@ class DecodeRuns:
             if current < floor_ratio:
                 current = floor_ratio
         ratio.current = current
-        self.res.advance(g0, n, self.reqs)
-        self.clk[0] = g0 + n
+        self.res.advance(launches_base, n, self.reqs)
+        self.launch_counter[0] = launches_base + n
         self.sum_kv = sum_kv0 + n * rows
         kv = self.kv
         kv.free -= n * rows
@@ -339,11 +368,11 @@ class DecodeRuns:
         used = kv.used
         if used > self.kv_peak_used:
             self.kv_peak_used = used
-        last_b = self._run_batch(bid0 + n, rows, sum_kv0 + (n - 1) * rows, graph_bs, g0 + n, ends[n - 1])
+        last_b = self._run_batch(bid0 + n, rows, sum_kv0 + (n - 1) * rows, graph_bs, launches_base + n, ends[n - 1])
         self.gpu_free = last_b.gpu_end
         self._pop_finishers(last_b)  # as _launch_decode_rows after its launch (the run's last one)
         if overlap:
-            due = self._run_batch(bid0 + n - 1, rows, sum_kv0 + (n - 2) * rows, graph_bs, g0 + n - 1, ends[n - 2])
+            due = self._run_batch(bid0 + n - 1, rows, sum_kv0 + (n - 2) * rows, graph_bs, launches_base + n - 1, ends[n - 2])
             due.emit_s = ends[n - 2] + cpu[n - 1]
             self.inflight, self.due = last_b, due
             self.t = starts[n - 1]

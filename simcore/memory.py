@@ -33,6 +33,10 @@ DEFAULT_LOAD_OVERHEAD_BYTES = int(0.2 * GiB)
 # SGLang PR #10975 (merged 2025-09-27, first released in 0.5.3) replaced the by-GPU-size table of
 # mem_fraction_static with the reserved-memory formula; 0.4.7 (PR #7054) … 0.5.2 still use the table.
 FIRST_FORMULA_VERSION = (0, 5, 3)
+# Up to 0.4.0.post1 (read: sglang-0.4.0.post1 wheel, srt/server_args.py ServerArgs.__post_init__, "Set mem fraction
+# static, which depends on the tensor parallelism size") the default depends on TP alone: 0.79 at TP >= 16, 0.81 at
+# >= 8, 0.85 at >= 4, 0.87 at >= 2, else 0.88, whatever the GPU. 0.4.6.post5 already sizes by GPU memory.
+LAST_TP_TABLE_VERSION = (0, 4, 0)
 # 0.5.23 captures prefill CUDA graphs; §4.1's H100 example has 58 buckets at 8 MiB each.
 DEFAULT_PREFILL_GRAPH_BUCKETS = 58
 KV_DTYPE_BYTES: dict[str, float] = {"auto": 2, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2,
@@ -76,7 +80,17 @@ def default_mem_fraction_static(gpu_memory_bytes: int, family: VersionFamily, tp
             reserved += cuda_graph_max_bs * 2 + (1.5 * 1024 if is_mla else prefill_graph_buckets * 8)
         if mem_mb > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
+        if speculative:  # 0.5.9 server_args.py _handle_gpu_memory_settings: "eagle draft models and cuda graphs"
+            reserved += 2 * 1024
     return round((mem_mb - reserved) / mem_mb, 3)
+
+
+def tp_table_mem_fraction(tp_size: int, pp_size: int = 1) -> float:
+    """The default ``mem_fraction_static`` of SGLang ≤ 0.4.0.post1: by TP size only (`LAST_TP_TABLE_VERSION`)."""
+    for at_least, frac in ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87)):
+        if tp_size >= at_least:
+            return frac
+    return 0.88
 
 
 def mem_fraction_family(sglang_version: str) -> VersionFamily:
@@ -147,6 +161,49 @@ def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str = "bf16") -> float:
                         f"use one of {', '.join(sorted(KV_DTYPE_BYTES))}") from None
 
 
+# Architectures whose KV pool SGLang splits into a full-attention pool and a sliding-window pool (SGLang 0.5.9
+# configs/model_config.py:is_hybrid_swa_model). Gemma 3 is not among them: server_args.py
+# _handle_model_specific_adjustments sets disable_hybrid_swa_memory for Gemma2/3 ("not yet supported"), so its
+# sliding-window layers keep every token in one pool like the global layers.
+SGLANG_HYBRID_SWA_ARCHS = frozenset({"Llama4ForConditionalGeneration", "GptOssForCausalLM",
+                                     "MiMoV2FlashForCausalLM", "Step3p5ForCausalLM"})
+
+
+def uses_hybrid_swa_pool(model: "ModelSpec", settings: ServerSettings, sm_version: int) -> bool:
+    """Whether SGLang gives ``model``'s sliding-window layers their own, smaller KV pool.
+
+    Off with ``--disable-hybrid-swa-memory``, and for gpt-oss on Blackwell: SGLang picks the ``trtllm_mha``
+    attention backend there (server_args.py, GptOssForCausalLM: ``is_sm100_supported()``) and then disables the
+    hybrid pool ("TODO: support swa kv indices translation for trtllm_mha attention backend")."""
+    if not model.num_swa_layers or model.architecture not in SGLANG_HYBRID_SWA_ARCHS:
+        return False
+    if settings.disable_hybrid_swa_memory:
+        return False
+    return not (model.architecture == "GptOssForCausalLM" and sm_version >= 100)
+
+
+def hybrid_swa_pool_tokens(max_total_num_tokens: int, full_layers: int, swa_layers: int,
+                           full_bytes_per_token_layer: float, swa_bytes_per_token_layer: float,
+                           swa_full_tokens_ratio: float, page_size: int = 1) -> tuple[int, int]:
+    """(full-layer tokens, SWA-layer tokens) of a hybrid pool: SGLang 0.5.9
+    ``model_runner_kv_cache_mixin.set_num_tokens_hybrid_swa``.
+
+    The profiled pool (``max_total_num_tokens`` tokens of the whole cell ``F·n_full + S·n_swa``) is re-split so
+    that ``swa_tokens = r · full_tokens``: ``full = ⌊max_total·(F·n_full + S·n_swa) / (F·n_full + r·S·n_swa)⌋``,
+    ``swa = ⌊full · r⌋``, both page-aligned; the scheduler's ``max_total_num_tokens`` becomes ``full``. With no
+    full layer every layer is SWA and the whole pool is SWA tokens."""
+    def align(x: int) -> int:
+        return x // page_size * page_size
+
+    if full_layers == 0:
+        return 0, align(max_total_num_tokens)
+    f = full_bytes_per_token_layer * full_layers
+    w = swa_bytes_per_token_layer * swa_layers
+    full = int(max_total_num_tokens * (f + w) / (f + swa_full_tokens_ratio * w))
+    swa = int(full * swa_full_tokens_ratio)
+    return align(full), align(swa)
+
+
 @dataclass(frozen=True, slots=True)
 class KVPoolSizing:
     """The outcome of sizing one server's KV pool (per TP rank; all ranks hold the same token count)."""
@@ -157,6 +214,18 @@ class KVPoolSizing:
     cell_bytes_per_token: float
     weight_bytes_per_rank: int
     context_len: int
+    # hybrid sliding-window pool (uses_hybrid_swa_pool): tokens of the SWA layers' own pool; None without one
+    swa_max_total_num_tokens: int | None = None
+
+    full_cell_bytes: float = 0.0  # hybrid pool only: bytes per token of the full-attention layers together
+    swa_cell_bytes: float = 0.0  # hybrid pool only: bytes per token of the sliding-window layers together
+
+    @property
+    def kv_pool_bytes(self) -> float:
+        """Bytes of the KV pool on one rank (a hybrid pool: full-layer and SWA-layer parts at their sizes)."""
+        if self.swa_max_total_num_tokens is None:
+            return self.max_total_num_tokens * self.cell_bytes_per_token
+        return self.max_total_num_tokens * self.full_cell_bytes + self.swa_max_total_num_tokens * self.swa_cell_bytes
 
 
 def size_kv_pool(model: "ModelSpec", gpu: "GpuSpec", settings: ServerSettings,
@@ -166,15 +235,24 @@ def size_kv_pool(model: "ModelSpec", gpu: "GpuSpec", settings: ServerSettings,
     prec = precision or model.default_precision
     weights = model.weight_bytes(prec) // (s.tp_size * s.pp_size)
     kv_bytes = kv_dtype_bytes(s.kv_cache_dtype, "bf16" if model.dtype in ("auto",) else model.dtype)
-    # per-rank cell: the TP split of KV heads; PP splits layers evenly
-    cell = model.kv_cell_bytes(s.tp_size, 1) * kv_bytes / s.pp_size
+    # per-rank cell: the TP split of KV heads; PP splits layers evenly. DeepSeek-V3.2 adds its indexer keys.
+    cell = (model.kv_cell_bytes(s.tp_size, 1) * kv_bytes + model.indexer_cell_bytes()) / s.pp_size
     frac = s.mem_fraction_static
+    if frac is None and _version_tuple(s.sglang_version) <= LAST_TP_TABLE_VERSION:
+        frac = tp_table_mem_fraction(s.tp_size)
     if frac is None:
         frac = default_mem_fraction_static(
             gpu.memory_bytes, mem_fraction_family(s.sglang_version), s.tp_size, s.chunked_prefill_size,
             s.cuda_graph_max_bs or 160, pp_size=s.pp_size, max_prefill_tokens=s.max_prefill_tokens, is_mla=model.is_mla,
-            disable_cuda_graph=s.disable_cuda_graph)
+            disable_cuda_graph=s.disable_cuda_graph, speculative=s.speculative_algorithm is not None)
     tokens = max_total_num_tokens(gpu.memory_bytes, weights, cell, frac, s.page_size, s.max_total_tokens)
     ctx = s.context_length or model.context_length
-    return KVPoolSizing(frac, tokens, max_running_requests(tokens, ctx, s.max_running_requests, s.dp_size, s.family),
-                        cell, weights, ctx)
+    reqs = max_running_requests(tokens, ctx, s.max_running_requests, s.dp_size, s.family)
+    if uses_hybrid_swa_pool(model, s, gpu.sm_version):
+        per_layer = cell / (model.num_layers / s.pp_size)  # same KV heads and head dims on both kinds of layer
+        full_layers, swa_layers = model.num_full_attention_layers / s.pp_size, model.num_swa_layers / s.pp_size
+        full, swa = hybrid_swa_pool_tokens(tokens, full_layers, swa_layers, per_layer, per_layer,
+                                           s.swa_full_tokens_ratio, s.page_size)
+        return KVPoolSizing(frac, full, reqs, cell, weights, ctx, swa, per_layer * full_layers,
+                            per_layer * swa_layers)
+    return KVPoolSizing(frac, tokens, reqs, cell, weights, ctx)

@@ -8,7 +8,6 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-import numpy as np
 
 from simcore.perf.base import BatchShape
 
@@ -69,6 +68,7 @@ def _stats_ms(values: Sequence[float], weights: Sequence[float] | None = None) -
     """mean/p50/p90/p99 in milliseconds; weighted percentiles use the inverted-CDF rule."""
     if len(values) == 0:
         return {"mean": None, "p50": None, "p90": None, "p99": None}
+    import numpy as np  # start-up: only summaries need it
     v = np.asarray(values, dtype=float) * 1000.0
     if weights is None:
         return {"mean": float(v.mean()), "p50": float(np.percentile(v, 50)),

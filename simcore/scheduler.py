@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import sys
 from enum import Enum
-from typing import Any, Callable, Iterable, Protocol, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from simcore.settings import ServerSettings
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # In-batch prefix caching thresholds (env IN_BATCH_PREFIX_CACHING_CHECK/DEPRIORITIZE_THRESHOLD, §2.4).
 IN_BATCH_CHECK_THRESHOLD = 32
@@ -265,11 +266,11 @@ class PrefillAdder:
                  unlock: Callable[[Any], None], running_reservation: float, new_token_ratio: float,
                  num_mixed_decode_tokens: int = 0, family: str | None = None,
                  running: Callable[[], Iterable[SchedReq]] | None = None) -> None:
-        self.s = settings
+        self.settings = settings
         self.page = settings.page_size
         self.clip = settings.clip_max_new_tokens_estimation
-        fam = self.fam = family or settings.family  # callers pass it: settings.family parses a version string
-        self.v0523 = fam == "0.5.23"
+        self.family = family or settings.family  # callers pass it: settings.family parses a version string
+        self.v0523 = self.family == "0.5.23"
         self.overhead = self.page if self.v0523 else 0
         self.ratio = new_token_ratio
         self._available = available
@@ -318,7 +319,7 @@ class PrefillAdder:
 
     def reserve_of(self, req: SchedReq) -> int:
         """``min(max(max_new − out, 0), CLIP)`` (0.4 ignores the outputs already generated)."""
-        if self.fam == "0.4":
+        if self.family == "0.4":
             return min(req.max_new, self.clip)
         return min(max(req.max_new - req.out_len, 0), self.clip)
 
@@ -330,7 +331,7 @@ class PrefillAdder:
             budget = self.rem_chunk if self.rem_chunk is not None else remaining
         truncated = remaining > budget
         new_len = min(remaining, budget)
-        if truncated and self.fam == "0.4":
+        if truncated and self.family == "0.4":
             new_len = max(self.page, new_len // self.page * self.page)
         # 0.5.x takes min(rem_chunk, remaining memory) as it is, not page-aligned (0.5.23 schedule_policy.py::
         # add_chunked_req lines 1140-1222 with PrefillBudget.available_chunk_tokens, prefill_budget.py line 142;
@@ -344,16 +345,16 @@ class PrefillAdder:
     # -- a waiting request --
     def add_one_req(self, req: SchedReq) -> AddResult:
         """Try to admit ``req`` whose ``prefix_len``/``last_node`` were just refreshed by a match."""
-        cap = self.s.prefill_max_requests
+        cap = self.settings.prefill_max_requests
         if cap is not None and len(self.can_run) >= cap:  # §2.11 (the in-flight chunk counts too)
             return AddResult.OTHER
-        if self.fam != "0.4" and req.ignore_eos and self.s.disable_radix_cache:
+        if self.family != "0.4" and req.ignore_eos and self.settings.disable_radix_cache:
             return self.add_one_req_ignore_eos(req)
         max_new = self.reserve_of(req)
         # the admission test subtracts the outputs already generated (a retracted request's), the reservation
         # does not: it charges min(max_new_tokens, CLIP) (0.5.23 _select_prefill_admission, schedule_policy.py
         # lines 1636, 1685-1703; 0.5.9 add_one_req, lines 791-798)
-        reserve = min(req.max_new, self.clip) if self.fam != "0.4" else max_new
+        reserve = min(req.max_new, self.clip) if self.family != "0.4" else max_new
         extend = req.fill_len - req.prefix_len
         total_tokens = extend + max_new + self.overhead
         self._lock(req.last_node)
@@ -361,7 +362,7 @@ class PrefillAdder:
             input_tokens = self._ceil_page(extend)
             if total_tokens >= self.rem_total:
                 return AddResult.NO_TOKEN
-            check_input = (not self.s.chunking_enabled) if self.v0523 else True
+            check_input = (not self.settings.chunking_enabled) if self.v0523 else True
             if check_input and self.can_run and input_tokens >= self.rem_input:
                 return AddResult.OTHER
             if self.rem_chunk is None or input_tokens <= self.rem_chunk:
@@ -370,7 +371,7 @@ class PrefillAdder:
                 self.extend[id(req)] = extend
                 self._update(req.prefix_len, extend, reserve)
             else:
-                if self.fam == "0.4":
+                if self.family == "0.4":
                     trunc = self.rem_chunk - self.page + 1
                 else:
                     trunc = self.rem_chunk // self.page * self.page

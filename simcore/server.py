@@ -11,7 +11,7 @@ One iteration at time ``t``: ingest arrivals (``arrival_s + tokenize_s <= t``), 
 - overlap OFF: ``t + cpu + gpu``, results applied before the next iteration.
 
 **Fast path.** Per-request progress is kept lazily: a running request's output count is
-``o0 + (G - g0)`` where ``G`` counts decode launches, and the batch's ``Σ kv`` is maintained incrementally, so a
+``out_len_base + (G - launches_base)`` where ``G`` counts decode launches, and the batch's ``Σ kv`` is maintained incrementally, so a
 decode step costs O(1) plus the requests that join, leave or finish. The process does not yield to SimPy for an
 iteration when nothing else can happen before it (``t < env.peek()``) and its results touch nobody outside
 (no finish): that is exactly what yielding would do, only faster. ``fast=False`` yields at every iteration; a test
@@ -31,7 +31,6 @@ import heapq
 from collections import deque
 from typing import Any, Callable
 
-import numpy as np
 import simpy
 
 from simcore import server_snapshot as _snap
@@ -41,14 +40,17 @@ from simcore.memory import max_running_requests as _derive_max_running
 from simcore.perf.base import BatchShape, LatencyModel, has_pure_step_time
 from simcore.request import RequestSpec
 from simcore.results import RequestRecord, StepRecord
+from simcore.rng import LazyGenerator
 from simcore.scheduler import (AddResult, NewTokenRatio, PrefillAdder, order_waiting, preemption_victims,
                                retraction_order)
 from simcore.server_results import ResultProcessor
 from simcore.server_state import Batch, Req, ReservationSum
 from simcore.settings import ServerSettings, resolve
+from simcore.speculative import SpeculativeDecoding
 
 WAITING_PREFIX_REFRESH_INTERVAL = 32   # §2.4: scheduling passes between two refreshes
 WAITING_PREFIX_REFRESH_MAX_QUEUE = 128  # §2.4: waiting requests touched per refresh
+RECV_SKIPPER_WEIGHT_OTHER = 1000  # SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DEFAULT (0.5.9 environ.py): non-decode passes
 LATE = 2  # SimPy priority: URGENT=0, NORMAL=1; our wake-ups run after every same-time event
 
 
@@ -57,21 +59,35 @@ class Server(ResultProcessor, DecodeRuns):
     :class:`RequestRecord` when the request finishes; ``on_finish`` (optional) is called with it as well."""
 
     def __init__(self, env: simpy.Environment, settings: ServerSettings, kv_capacity_tokens: int,
-                 latency: LatencyModel, *, key_unit: int = 1, rng: np.random.Generator | None = None,
+                 latency: LatencyModel, *, key_unit: int = 1, rng: Any = None,
                  observer: Callable[[StepRecord], None] | None = None,
                  on_finish: Callable[[RequestRecord], None] | None = None,
                  max_running_requests: int | None = None, context_len: int | None = None,
                  tokenize_s: float = 0.0, detokenize_s: float = 0.0, fast: bool = True,
-                 decode_run_spacing: float = DEFAULT_MAX_REL_SPACING, _start: bool = True) -> None:
-        if settings.chunked_prefill_size is None or settings.cuda_graph_bs is None:
+                 decode_run_spacing: float = DEFAULT_MAX_REL_SPACING, signal_finishes: bool = True,
+                 speculative: SpeculativeDecoding | None = None, _start: bool = True) -> None:
+        if (settings.chunked_prefill_size is None or settings.cuda_graph_bs is None
+                or settings.speculative_algorithm is not None):  # (resolve applies what speculation forces)
             settings = resolve(settings, None)
+        if (settings.speculative_algorithm is None) != (speculative is None):
+            raise ValueError("a speculative server needs both --speculative-algorithm in its settings and its "
+                             "SpeculativeDecoding (simcore.speculative.build_speculative), a plain one neither")
+        if speculative is not None and latency is not speculative and getattr(latency, "base", None) is not speculative:
+            raise ValueError("a speculative server prices its steps with its SpeculativeDecoding (or a wrapper "
+                             "of it, e.g. calibration factors): pass it as the latency model too")
         self.env = env
-        self.s = settings
+        self.settings = settings
+        # speculative decoding (simcore.speculative): ``latency`` prices its iterations (draft + verify) and
+        # prefills (target + draft extend); ``spec`` draws the accepted lengths; decode goes through _decode_spec
+        self.spec = speculative
         self.latency = latency
-        self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.rng = rng if rng is not None else LazyGenerator(0)  # a numpy Generator (made on first draw)
         self.observer = observer
         self.on_finish = on_finish
         self.fast = fast
+        # False: finish events and on_finish are never triggered, ``records`` is all: no SimPy event per finish,
+        # so the loop need not yield for one (simulate, when nothing watches finishes: open-loop arrivals)
+        self.signal_finishes = signal_finishes
         self.tokenize_s = tokenize_s      # HTTP-side tokenization before the scheduler sees the request
         self.detokenize_s = detokenize_s  # detokenizer + HTTP hop added to every emitted token's time
         # serial host-side stages (settings, docs/accuracy.md §3.5); *_free: when the stage is next idle
@@ -92,19 +108,19 @@ class Server(ResultProcessor, DecodeRuns):
                                                                        settings.dp_size)
         self.graph_bs: tuple[int, ...] = () if settings.disable_cuda_graph else tuple(settings.cuda_graph_bs or ())
         self.ratio = NewTokenRatio(settings)
-        self.fam = settings.family
+        self.family = settings.family
         self.res = ReservationSum(settings.clip_max_new_tokens_estimation)
         # queues and running state
         self.pending: list[tuple[float, int, Req]] = []  # submitted, not yet ingested: (ingest time, seq, req)
         self.ahead: deque[float] = deque()   # submission times of pending requests submitted ahead of time
         self.waiting: list[Req] = []
-        self.R: dict[str, Req] = {}          # decoding requests (lazy counters)
-        self.F: dict[str, Req] = {}          # last token launched, result not yet applied
+        self.decoding: dict[str, Req] = {}          # decoding requests (lazy counters)
+        self.awaiting_result: dict[str, Req] = {}          # last token launched, result not yet applied
         self.zombies: list[Req] = []         # EOS finishers riding the next decode batch (overlap only)
-        self.joined: list[Req] = []          # joined R since the last decode launch (their first ITL)
+        self.joined: list[Req] = []          # joined the decoding set since the last decode launch (their first ITL)
         self.chunked: Req | None = None
-        self.clk = [0]                       # G: decode launches so far (shared with Req.out_len)
-        self.sum_kv = 0                      # Σ (input + out) over R
+        self.launch_counter = [0]                       # G: decode launches so far (shared with Req.out_len)
+        self.sum_kv = 0                      # Σ (input + out) over the decoding set
         self.fin_heap: list[tuple[int, int, str, int]] = []  # (G at last launch, seq, rid, version)
         self.batch_is_full = False
         self.preempt = settings.priority_preemption       # §2.9
@@ -138,9 +154,18 @@ class Server(ResultProcessor, DecodeRuns):
         # decode runs (simcore.decode_run): jump over stretches of identical decode steps. Off with an observer
         # (it wants every step), host output stages or pages > 1 (their per-step work is not modelled in a run),
         # and for latency models that do not declare a pure step time (random per call, clock-dependent)
+        # --scheduler-recv-interval (Scheduler.recv_requests + SchedulerRecvSkipper, sglang 0.5.9
+        # managers/scheduler_recv_skipper.py): before each pass the counter grows by the weight of the batch the
+        # previous pass launched (decode 1, none 1, any other mode 1000); new requests are polled only when it
+        # reaches the interval (then it restarts at 0). 1 = poll every pass (no skipper).
+        self.recv_interval = settings.scheduler_recv_interval
+        self.recv_counter = self.recv_interval  # a new server has idled (warm-up, waiting): its first poll is due
+        self.last_kind: str | None = None  # kind of the batch the previous pass launched (None: nothing)
         self.decode_runs = (fast and observer is None and not self.out_on and self.page == 1
-                            and has_pure_step_time(latency))  # runs price steps ahead of their time
-        self.run_times = DecodeStepTimes(latency, decode_run_spacing)
+                            and self.recv_interval == 1  # a run would ingest at passes that skip the poll
+                            and speculative is None  # accepted lengths are drawn per step
+                            and has_pure_step_time(self.latency))  # runs price steps ahead of their time
+        self.run_times = DecodeStepTimes(self.latency, decode_run_spacing)
         self.proc = env.process(self._run()) if _start else None
 
     # ---- public -------------------------------------------------------------------------------------
@@ -151,7 +176,7 @@ class Server(ResultProcessor, DecodeRuns):
         workloads whose arrivals are all known, ``simcore.engine.simulate``)."""
         if spec.rid in self.reqs:
             raise ValueError(f"duplicate request id {spec.rid!r}")
-        req = Req.from_spec(spec, self.max_req_len, self.clk)
+        req = Req.from_spec(spec, self.max_req_len, self.launch_counter)
         if spec.input_len >= self.max_req_len - 5:  # SGLang's max_req_input_len: aborted with its error
             req.abort_for_length(self.max_req_len - 5)
         ev = self.env.event()
@@ -180,7 +205,7 @@ class Server(ResultProcessor, DecodeRuns):
 
     @property
     def num_running(self) -> int:
-        return len(self.R) + len(self.F) + (1 if self.chunked else 0)
+        return len(self.decoding) + len(self.awaiting_result) + (1 if self.chunked else 0)
 
     @property
     def num_waiting(self) -> int:
@@ -220,15 +245,18 @@ class Server(ResultProcessor, DecodeRuns):
                 self._apply(self.due, self.t)
                 self.due = None
             t = self.t
-            # ingest: arrivals are picked up only at iteration starts (§6.3, §8.3.15)
+            # ingest: arrivals are picked up only at iteration starts (§6.3, §8.3.15), and with a recv interval
+            # only at the passes whose poll is due
             pend = self.pending
-            while pend and pend[0][0] <= t:
+            poll = self.recv_interval == 1 or self._recv_due()
+            while poll and pend and pend[0][0] <= t:
                 req = heapq.heappop(pend)[2]
                 req.wait_entry_s = req.ingest_s
                 self.waiting.append(req)
             if self.decode_runs and self._decode_run(t):
                 batch = None  # a run of decode iterations was done; self.t is the iteration after it
             elif (batch := self._schedule(t)) is not None:
+                self.last_kind = batch.kind
                 if self.decode_runs and batch.kind == "decode":  # priced like a run's steps (same knots)
                     sh = batch.shape
                     gpu, cpu = self.run_times.one(sh.num_decode, sh.cuda_graph_bs, sh.decode_sum_kv)
@@ -262,11 +290,16 @@ class Server(ResultProcessor, DecodeRuns):
                                              batch.retracted))
                 self.t = nxt
             elif self.inflight is not None:  # overlap: nothing new to launch; process the last result
+                self.last_kind = None
                 self.due = self.inflight
                 self.inflight = None
                 self.t = self.due.emit_s = max(t, self.due.gpu_end)
             else:
                 self.ratio.reset()  # Scheduler.on_idle()
+                # idle passes take microseconds and each adds 1 to the recv counter: by the time a request
+                # arrives at an idle server, its poll is due
+                self.last_kind = None
+                self.recv_counter = self.recv_interval
                 # requests submitted ahead of time count as pending only from their submission time on
                 ahead = self.ahead
                 while ahead and ahead[0] <= t:
@@ -288,9 +321,19 @@ class Server(ResultProcessor, DecodeRuns):
                 else:
                     continue
             due = self.due
-            if (not self.fast or self.t >= env.peek() or (due is not None and due.finishers)
+            if (not self.fast or self.t >= env.peek() or (due is not None and due.finishers and self.signal_finishes)
                     or self.t < env.now):
                 yield self._late(self.t - env.now)
+
+    def _recv_due(self) -> bool:
+        """``SchedulerRecvSkipper.handle(last_forward_mode)``, once per pass: add the weight of the batch the previous
+        pass launched (decode or none: 1; prefill or mixed: 1000, ``SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_*``) and
+        poll (True, the counter back to 0) once it reaches the interval."""
+        self.recv_counter += 1 if self.last_kind in (None, "decode") else RECV_SKIPPER_WEIGHT_OTHER
+        if self.recv_counter < self.recv_interval:
+            return False
+        self.recv_counter = 0
+        return True
 
     # ---- scheduling (get_next_batch_to_run, §2.2) ---------------------------------------------------
     def _schedule(self, t: float) -> Batch | None:
@@ -302,11 +345,13 @@ class Server(ResultProcessor, DecodeRuns):
             self.zombies = []
         # _prefill returns at once in these cases; skipping the call keeps a plain decode step cheap
         full = self.batch_is_full and not self.preempt  # priority preemption resets the latch every pass
-        if ch is not None or not ((self.R or self.F) and (full or not self.waiting)):
+        if ch is not None or not ((self.decoding or self.awaiting_result) and (full or not self.waiting)):
             batch = self._prefill(t, zombies)  # type: ignore[arg-type]
             if batch is not None:
                 return batch
-        if self.R or zombies:
+        if self.decoding or zombies:
+            if self.spec is not None:
+                return self._decode_spec(t)
             return self._decode(t, zombies)  # type: ignore[arg-type]
         return None
 
@@ -315,7 +360,7 @@ class Server(ResultProcessor, DecodeRuns):
         return self.res.value(ratio)
 
     def _group(self, r: Req) -> int:
-        return 1 if (self.fam == "0.5.23" and r.ignore_eos) else 0
+        return 1 if (self.family == "0.5.23" and r.ignore_eos) else 0
 
     def _match(self, r: Req, t: float, capped: bool = True) -> None:
         """Admission's match (capped at ``len − 1``) or, ``capped=False``, the scheduling pass's (whole fill)."""
@@ -325,8 +370,8 @@ class Server(ResultProcessor, DecodeRuns):
 
     def _prefill(self, t: float, zombies: list[Req]) -> Batch | None:
         """``_get_new_batch_prefill_raw`` (§2.3) with the PrefillAdder (§2.5); None when nothing is admitted."""
-        s = self.s
-        running_bs = len(self.R) + len(self.F)
+        s = self.settings
+        running_bs = len(self.decoding) + len(self.awaiting_result)
         if running_bs == 0 or self.preempt:
             self.batch_is_full = False
         if (self.batch_is_full or not self.waiting) and self.chunked is None:
@@ -342,8 +387,8 @@ class Server(ResultProcessor, DecodeRuns):
         mixed = s.enable_mixed_chunk and s.chunking_enabled
         adder = PrefillAdder(s, kv.available, kv.lock, kv.unlock,
                              self._running_reservation(self.ratio.current), self.ratio.current,
-                             running_bs if mixed else 0, self.fam,
-                             running=lambda: (*self.R.values(), *self.F.values()))
+                             running_bs if mixed else 0, self.family,
+                             running=lambda: (*self.decoding.values(), *self.awaiting_result.values()))
         ch = self.chunked
         if ch is not None:
             self.chunked = adder.add_chunked_req(ch, ch.fill_target - ch.extend_end)
@@ -353,7 +398,7 @@ class Server(ResultProcessor, DecodeRuns):
             if adder.budget_state() == AddResult.OTHER:
                 break
             if preempted:  # the running batch shrank: get_num_allocatable_reqs is re-evaluated
-                allocatable = self.max_running - len(self.R) - len(self.F)
+                allocatable = self.max_running - len(self.decoding) - len(self.awaiting_result)
             if len(adder.can_run) >= allocatable:
                 self.batch_is_full = True
             if self.batch_is_full:
@@ -392,16 +437,16 @@ class Server(ResultProcessor, DecodeRuns):
     def _preempt_for(self, req: Req, adder: PrefillAdder, t: float, preempted: list[Req]) -> bool:
         """``preempt_to_schedule`` (§2.9): release running requests for ``req``; True if it may be tried.
 
-        The running batch is the decoding set R (requests whose last token is in flight are about to finish
+        The running batch is the decoding set (requests whose last token is in flight are about to finish
         and are left alone). Released requests free their KV without inserting it, like a retraction, and
         are requeued at the tail after this pass (collected in ``preempted``)."""
         ratio = adder.ratio
         def offset(r: Req) -> float:
-            return min(r.max_new - r.out_len, self.s.clip_max_new_tokens_estimation) * (
+            return min(r.max_new - r.out_len, self.settings.clip_max_new_tokens_estimation) * (
                 1.0 if self._group(r) else ratio)
-        need = (req.fill_len - req.prefix_len + min(req.max_new, self.s.clip_max_new_tokens_estimation)
+        need = (req.fill_len - req.prefix_len + min(req.max_new, self.settings.clip_max_new_tokens_estimation)
                 - adder.rem_total)
-        victims = preemption_victims(req, list(self.R.values()), need, self.s, offset)
+        victims = preemption_victims(req, list(self.decoding.values()), need, self.settings, offset)
         if not victims:
             return False
         for v in victims:
@@ -441,7 +486,7 @@ class Server(ResultProcessor, DecodeRuns):
             pre_lens.append(start)
         num_dec = 0
         sum_kv = 0
-        if mixed and (self.R or zombies):
+        if mixed and (self.decoding or zombies):
             # §2.8: decode rows ride along when their memory fits; a mixed step never retracts
             need = self._decode_need(zombies)
             if kv.available() >= need:
@@ -450,32 +495,35 @@ class Server(ResultProcessor, DecodeRuns):
             if r is self.chunked:
                 continue
             b.prefill_done.append(r)
-            r.o0 += 1  # the forward of the last chunk samples the next token
+            r.out_len_base += 1  # the forward of the last chunk samples the next token
             self._after_token(r, b)
         b.shape = BatchShape(tuple(ext_lens), tuple(pre_lens), num_dec, sum_kv, (), None)
         return b
 
     def _after_token(self, r: Req, b: Batch) -> None:
-        """``r`` just had a token launched in ``b`` (outside the lazy decode set): join R or start finishing."""
+        """``r`` just had a token launched in ``b`` (outside the lazy decode set): join the decoding set or start finishing."""
         r.last_bid = b.bid
-        if r.o0 >= r.output_len:
+        if r.out_len_base >= r.output_len:
             self._to_finishing(r, b)
             return
         r.state = "run"
-        r.g0 = self.clk[0]
-        r.in_r = True
+        r.launches_base = self.launch_counter[0]
+        r.in_decoding = True
         r.ver += 1
-        self.R[r.rid] = r
-        self.res.add(r, self._group(r), decoding=True)
-        self.sum_kv += r.input_len + r.o0
+        self.decoding[r.rid] = r
+        self.sum_kv += r.input_len + r.out_len_base
         self.joined.append(r)
+        if self.spec is not None:  # its terms and finish are recomputed every iteration (_decode_spec)
+            self.res.add(r, self._group(r), decoding=False)
+            return
+        self.res.add(r, self._group(r), decoding=True)
         self.seq += 1
-        heapq.heappush(self.fin_heap, (r.g0 + r.output_len - r.o0, self.seq, r.rid, r.ver))
+        heapq.heappush(self.fin_heap, (r.launches_base + r.output_len - r.out_len_base, self.seq, r.rid, r.ver))
 
     def _to_finishing(self, r: Req, b: Batch) -> None:
         r.state = "finishing"
-        r.held = self._ceil(r.input_len + r.o0 - 1)
-        self.F[r.rid] = r
+        r.held = self._ceil(r.input_len + r.out_len_base - 1)
+        self.awaiting_result[r.rid] = r
         self.res.add(r, self._group(r), decoding=False)
         if b.finishers:
             b.finishers.append(r)
@@ -487,19 +535,19 @@ class Server(ResultProcessor, DecodeRuns):
     def _leave_r(self, r: Req) -> None:
         self.res.remove(r)
         out = r.out_len
-        r.o0 = out
-        r.in_r = False
+        r.out_len_base = out
+        r.in_decoding = False
         r.ver += 1
-        del self.R[r.rid]
+        del self.decoding[r.rid]
         self.sum_kv -= r.input_len + out
 
     def _decode_need(self, zombies: list[Req]) -> int:
         """KV slots one decode step allocates: one per row (a new page for rows at a page boundary)."""
         if self.page == 1:
-            return len(self.R) + len(zombies)
+            return len(self.decoding) + len(zombies)
         p = self.page
-        n = sum(1 for r in self.R.values() if (r.input_len + r.out_len - 1) % p == 0)
-        n += sum(1 for z in zombies if (z.input_len + z.o0 - 1) % p == 0)
+        n = sum(1 for r in self.decoding.values() if (r.input_len + r.out_len - 1) % p == 0)
+        n += sum(1 for z in zombies if (z.input_len + z.out_len_base - 1) % p == 0)
         return n * p
 
     def _launch_decode_rows(self, b: Batch, zombies: list[Req], need: int) -> tuple[int, int]:
@@ -510,33 +558,33 @@ class Server(ResultProcessor, DecodeRuns):
             kv.private += need
         elif not kv.alloc(need):
             raise RuntimeError("decode allocation failed after the capacity check")
-        nR = len(self.R)
+        nR = len(self.decoding)
         nrows = nR
         sum_kv = self.sum_kv
         if zombies:
             for z in zombies:
-                z.held = self._ceil(z.input_len + z.o0)
-                sum_kv += z.input_len + z.o0
+                z.held = self._ceil(z.input_len + z.out_len_base)
+                sum_kv += z.input_len + z.out_len_base
             nrows += len(zombies)
         b.n_emit = nR
         if self.joined:
-            b.newcomers = [r for r in self.joined if r.in_r]
+            b.newcomers = [r for r in self.joined if r.in_decoding]
             self.joined = []
         self.sum_kv += nR
-        self.res.before_decode(self.clk[0], self.reqs)
-        self.clk[0] += 1
-        b.g_after = self.clk[0]
+        self.res.before_decode(self.launch_counter[0], self.reqs)
+        self.launch_counter[0] += 1
+        b.g_after = self.launch_counter[0]
         self._pop_finishers(b)
         return nrows, sum_kv
 
     def _pop_finishers(self, b: Batch) -> None:
-        """Requests whose last token decode batch ``b`` (just launched, ``clk`` already advanced) computes."""
-        G = self.clk[0]
+        """Requests whose last token decode batch ``b`` (just launched, ``launch_counter`` already advanced) computes."""
+        G = self.launch_counter[0]
         heap = self.fin_heap
         while heap and heap[0][0] <= G:
             _, _, rid, ver = heapq.heappop(heap)
             r = self.reqs.get(rid)
-            if r is None or r.ver != ver or not r.in_r:
+            if r is None or r.ver != ver or not r.in_decoding:
                 continue
             self._leave_r(r)
             r.last_bid = b.bid
@@ -548,31 +596,31 @@ class Server(ResultProcessor, DecodeRuns):
         need = self._decode_need(zombies)
         retracted: list[str] = []
         if kv.free + kv.tree.evictable_size < need:
-            if any(not f.eos for f in self.F.values()) and self.overlap:
+            if any(not f.eos for f in self.awaiting_result.values()) and self.overlap:
                 self.batch_is_full = False  # their KV frees as soon as their result is processed
                 return None
-            order = retraction_order(list(self.R.values()))
+            order = retraction_order(list(self.decoding.values()))
             i = 0
-            while kv.available() < need and len(self.R) > 1:
+            while kv.available() < need and len(self.decoding) > 1:
                 r = order[i]
                 i += 1
                 self._retract(r, t)
                 retracted.append(r.rid)
                 need = self._decode_need(zombies)
             if kv.available() < need:  # even one request does not fit: SGLang aborts it
-                for r in list(self.R.values()):
+                for r in list(self.decoding.values()):
                     self._leave_r(r)
-                    r.held = self._ceil(r.input_len + r.o0 - 1)
+                    r.held = self._ceil(r.input_len + r.out_len_base - 1)
                     self._abort(r, t)
                 if kv.available() < self._decode_need(zombies):
                     zombies = []  # finished anyway: their wasted rows are skipped when nothing fits
                 need = self._decode_need(zombies)
                 if not zombies:
                     return None
-            rem = list(self.R.values())
+            rem = list(self.decoding.values())
             if rem:
                 self.ratio.current = NewTokenRatio.after_retract(
-                    [r.out_len for r in rem], [r.max_new for r in rem], self.s.retract_decode_steps)
+                    [r.out_len for r in rem], [r.max_new for r in rem], self.settings.retract_decode_steps)
         else:
             self.ratio.decay_step()
         self.bid += 1
@@ -581,6 +629,68 @@ class Server(ResultProcessor, DecodeRuns):
             b.retracted = tuple(retracted)
         nrows, sum_kv = self._launch_decode_rows(b, zombies, need)
         b.shape = BatchShape((), (), nrows, sum_kv, (), self._pad(nrows))
+        return b
+
+    def _decode_spec(self, t: float) -> Batch | None:
+        """A speculative decode iteration (simcore.speculative; 0.5.9 scheduler ``update_running_batch`` with
+        ``spec_algorithm`` set): the memory check reserves the draft tokens of every request
+        (``new_tokens_required_next_decode``), retraction takes requests from the back of the batch
+        (``retract_decode``: "for spec decoding ... we can only retract from the back"), then each request
+        accepts L tokens: KV grows by L (the rejected drafts' slots are freed after verify), L tokens reach the
+        client together. No overlap (forced off), so no EOS zombies."""
+        kv = self.kv
+        spec = self.spec
+        need = spec.config.decode_reservation(len(self.decoding), self.page)
+        retracted: list[str] = []
+        if kv.free + kv.tree.evictable_size < need:
+            order = list(self.decoding.values())
+            while kv.available() < need and len(self.decoding) > 1:
+                r = order.pop()
+                self._retract(r, t)
+                retracted.append(r.rid)
+                need = spec.config.decode_reservation(len(self.decoding), self.page)
+            if kv.available() < need:  # even one request does not fit: SGLang aborts it
+                for r in list(self.decoding.values()):
+                    self._leave_r(r)
+                    r.held = self._ceil(r.input_len + r.out_len_base - 1)
+                    self._abort(r, t)
+                return None
+            rem = list(self.decoding.values())
+            self.ratio.current = NewTokenRatio.after_retract(
+                [r.out_len for r in rem], [r.max_new for r in rem], self.settings.retract_decode_steps)
+        else:
+            self.ratio.decay_step()
+        self.bid += 1
+        b = Batch(self.bid, "decode")
+        if retracted:
+            b.retracted = tuple(retracted)
+        if not kv.alloc(need):  # the verify pass's draft slots (check_decode_mem evicted for them)
+            raise RuntimeError("speculative decode allocation failed after the capacity check")
+        rows = list(self.decoding.values())
+        sum_kv_before = self.sum_kv
+        lens = spec.accept([r.output_len - r.out_len for r in rows])
+        for r in rows:  # reservation terms leave at their pre-step value
+            self.res.remove(r)
+        b.n_emit = len(rows)
+        if self.joined:
+            b.newcomers = [r for r in self.joined if r.in_decoding]
+            self.joined = []
+        self.launch_counter[0] += 1
+        b.g_after = self.launch_counter[0]
+        kept = 0
+        ceil = self._ceil
+        for r, n in zip(rows, lens):
+            start = r.input_len + r.out_len - 2  # KV positions before this step: prompt + outputs − 1
+            r.out_len_base += n - 1  # the launch counter added one
+            kept += ceil(start + n) - ceil(start)
+            self.sum_kv += n
+            self.res.add(r, self._group(r), decoding=False)
+            if r.out_len >= r.output_len:
+                self._leave_r(r)
+                r.last_bid = b.bid
+                self._to_finishing(r, b)
+        kv.free_tokens(need - kept)  # the rejected drafts
+        b.shape = BatchShape((), (), len(rows), sum_kv_before, (), self._pad(len(rows)))
         return b
 
     def _retract(self, r: Req, t: float) -> None:
@@ -592,18 +702,18 @@ class Server(ResultProcessor, DecodeRuns):
 
     def _release(self, r: Req, t: float) -> None:
         """``release_req``: free private KV (no insert), unlock, evict ``remaining × 20``, reset for retract."""
-        if r.g0 < self.last_decode_apply_g:  # its last token came with the last applied decode step
+        if r.launches_base < self.last_decode_apply_g:  # its last token came with the last applied decode step
             r.last_emit_s = self.last_decode_apply
         self._leave_r(r)
-        held = self._ceil(r.input_len + r.o0 - 1)
+        held = self._ceil(r.input_len + r.out_len_base - 1)
         inf = self.inflight
         if self.overlap and inf is not None and r.last_bid_in(inf):
-            r.o0 -= 1  # its in-flight token is dropped when that result is processed (is_retracted)
+            r.out_len_base -= 1  # its in-flight token is dropped when that result is processed (is_retracted)
             inf.drop(r)
         self.kv.release(r.node, held)
         self.seq += 1
         r.key_outputs(-(self.seq << 32))  # its outputs are real tokens of its next fill
-        want = len(self.R) * self.s.retract_decode_steps
+        want = len(self.decoding) * self.settings.retract_decode_steps
         if self.kv.free < want:
             self.kv.evict(want - self.kv.free)
         r.node = None

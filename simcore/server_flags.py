@@ -42,6 +42,9 @@ class ServerFlag:
     choices: tuple[str, ...] | None = None
     sglang: bool = True
     convert: Callable[[Any], Any] | None = None
+    # a modelling assumption of ours that a measurement file's server_args may state next to the real flags
+    # (what the real server's behaviour was, e.g. its acceptance length), although SGLang has no such flag
+    assumption: bool = False
 
     @property
     def dest(self) -> str:
@@ -67,8 +70,30 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
     ServerFlag("--moe-a2a-backend", "moe_a2a_backend", str,
                "MoE all-to-all: none (all-reduce after the experts) or deepep (dispatch/combine; sets ep = tp)",
                "none", choices=("none", "deepep")),
+    ServerFlag("--speculative-algorithm", "speculative_algorithm", str,
+               "speculative decoding: EAGLE, EAGLE3 or NEXTN (DeepSeek's MTP layer; MTP is an alias): draft steps "
+               "+ one verify pass per decode iteration, several tokens per request per step; forces the overlap "
+               "scheduler and mixed chunk off and max running requests 48 unless given (SGLang 0.5.9; "
+               "simcore/speculative.py)", choices=("EAGLE", "EAGLE3", "NEXTN", "MTP")),
+    ServerFlag("--speculative-num-steps", "speculative_num_steps", int,
+               "draft steps per iteration (default: 3, Llama 5, as SGLang's auto choice)"),
+    ServerFlag("--speculative-eagle-topk", "speculative_eagle_topk", int,
+               "draft branches per step (default 1; Llama 4)"),
+    ServerFlag("--speculative-num-draft-tokens", "speculative_num_draft_tokens", int,
+               "tokens verified per request per iteration (num-steps + 1 when topk is 1)"),
+    ServerFlag("--speculative-draft-model-path", "speculative_draft_model_path", str,
+               "the draft model (priced as one decoder layer of the target's shape with its LM head)"),
+    ServerFlag("--speculative-accept-length", "speculative_accept_length", float,
+               "shadowsim's assumption, not an SGLang flag: mean accepted tokens per request per verify pass, "
+               "bonus token included (SGLang's logged 'accept len'); drawn per request and step from the chain "
+               "distribution with this mean (default: each draft token accepted with probability 0.7)",
+               sglang=False, assumption=True),
     ServerFlag("--page-size", "page_size", int, "KV page size in tokens (default 1)", 1),
     ServerFlag("--kv-cache-dtype", "kv_cache_dtype", str, "auto (model dtype), fp8_e4m3, fp8_e5m2", "auto"),
+    ServerFlag("--swa-full-tokens-ratio", "swa_full_tokens_ratio", float,
+               "SWA-layer KV tokens per full-layer KV token, hybrid sliding-window models (default 0.8)", 0.8),
+    ServerFlag("--disable-hybrid-swa-memory", "disable_hybrid_swa_memory", "switch",
+               "one KV pool for every layer of a sliding-window model", False),
     ServerFlag("--context-length", "context_length", int, "model context length override"),
     ServerFlag("--disable-overlap-schedule", "disable_overlap_schedule", "switch", "CPU and GPU work in series", False),
     ServerFlag("--enable-mixed-chunk", "enable_mixed_chunk", "switch", "decode rows ride along prefill chunks", False),
@@ -80,6 +105,8 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
                convert=lambda v: None if v is None else tuple(sorted(set(v)))),
     ServerFlag("--disable-cuda-graph-padding", "disable_cuda_graph_padding", "switch",
                "capture every batch size up to the largest (no padding)", False),
+    ServerFlag("--scheduler-recv-interval", "scheduler_recv_interval", int,
+               "poll for new requests every N decode steps (any other step: at the next pass; default 1)", 1),
     ServerFlag("--stream-interval", "stream_interval", int, "decode steps per streamed chunk (default 1)", 1),
     ServerFlag("--prefill-max-requests", "prefill_max_requests", int,
                "cap on requests admitted into one prefill batch (default: none)"),
@@ -107,6 +134,15 @@ NO_EFFECT_FLAGS: dict[str, bool] = {  # flag -> takes a value
     "--served-model-name": True, "--log-level": True, "--trust-remote-code": False, "--enable-metrics": False,
     "--skip-server-warmup": False, "--random-seed": True, "--download-dir": True, "--revision": True,
 }
+# SGLang launch flags accepted in ``server_args`` whose effect the simulator does NOT price (documented, not
+# hidden: docs/accuracy.md §3.11). ``--enable-torch-compile`` compiles the decode CUDA graphs of batch sizes up to
+# ``--torch-compile-max-bs`` (32; sglang 0.4.0.post1 model_executor/cuda_graph_runner.py ``compile_bs``): fused
+# element-wise kernels at small decode batches, nothing else.
+UNPRICED_FLAGS: dict[str, bool] = {"--enable-torch-compile": False, "--torch-compile-max-bs": True}
+# SGLang parses its flags with argparse's default ``allow_abbrev=True``, so a unique prefix is the flag (typed in
+# public launch commands, e.g. ``--mem-frac 0.87``). Only prefixes seen in measurement files are listed: shadowsim
+# knows a subset of SGLang's flags and cannot check that any other prefix is unique among all of them.
+SGLANG_ABBREVIATIONS: dict[str, str] = {"--mem-frac": "--mem-fraction-static"}
 # TP flags: must agree with the measurement row's ``tp`` column (the simulator takes TP from there)
 TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
 
@@ -117,7 +153,7 @@ def add_server_flags(group: Any, add: Callable[..., None] | None = None, *, defa
     ``group.add_argument`` (``sweep`` turns some options into lists); ``defaults=False`` leaves flags that are not
     given out of the namespace; ``sglang_only`` leaves out shadowsim's own options."""
     for f in SERVER_FLAGS:
-        if sglang_only and not f.sglang:
+        if sglang_only and not f.sglang and not f.assumption:
             continue
         kw: dict[str, Any] = {"help": f.help}
         if f.kind == "switch":
@@ -176,8 +212,11 @@ def parse_server_args(text: str | None, source: str = "server_args", *, tp: int 
     while i < len(tokens):
         tok = tokens[i]
         name, has_eq, value = tok.partition("=")
-        if name in NO_EFFECT_FLAGS or name in TP_FLAGS:
-            takes = NO_EFFECT_FLAGS.get(name, True)
+        if name in SGLANG_ABBREVIATIONS:
+            name = SGLANG_ABBREVIATIONS[name]
+            tok = name + (("=" + value) if has_eq else "")
+        if name in NO_EFFECT_FLAGS or name in UNPRICED_FLAGS or name in TP_FLAGS:
+            takes = NO_EFFECT_FLAGS.get(name, UNPRICED_FLAGS.get(name, True))
             if takes and not has_eq:
                 if i + 1 >= len(tokens) or tokens[i + 1].startswith("--"):
                     raise UserError("server_args", f"{source}: argument {name}: expected one argument")
@@ -195,7 +234,7 @@ def parse_server_args(text: str | None, source: str = "server_args", *, tp: int 
             i += 1
             continue
         flag = BY_DEST.get(name.lstrip("-").replace("-", "_"))
-        if name.startswith("--") and flag is not None and not flag.sglang:
+        if name.startswith("--") and flag is not None and not flag.sglang and not flag.assumption:
             raise UserError("server_args", f"{source}: {name} is not an SGLang launch flag",
                             "give the version in the sglang_version column; environment knobs are not flags")
         kept.append(tok)

@@ -12,7 +12,7 @@ from simcore.server_state import Batch, Req
 class ResultProcessor:
     """``_apply(batch, t)`` and what it triggers: first tokens, prompt checkpoints, ITL samples, finishes.
 
-    Mixed into Server, whose attributes it uses: ``kv``, ``F``, ``reqs``, ``events``, ``records``, ``deferred``,
+    Mixed into Server, whose attributes it uses: ``kv``, ``awaiting_result``, ``reqs``, ``events``, ``records``, ``deferred``,
     ``res``, ``itl_vals``/``itl_w``, ``last_decode_apply(_g)``, ``detokenize_s``, ``on_finish``, ``env``.
     """
 
@@ -24,7 +24,7 @@ class ResultProcessor:
             # serial output path (detokenizer → tokenizer manager → SSE): this step's tokens reach the client
             # once the stage has finished the earlier steps' and this one's work; streams sent every
             # stream_interval tokens cost that much less per decode row (first tokens are always sent)
-            n = len(b.prefill_done) + b.n_emit / self.s.stream_interval
+            n = len(b.prefill_done) + b.n_emit / self.settings.stream_interval
             start = base if base > self.out_free else self.out_free
             self.out_free = base = start + self.out_step_s + self.out_tok_s * n
         emit_t = base + self.detokenize_s
@@ -54,9 +54,9 @@ class ResultProcessor:
         for r in b.finishers:
             if r.state != "finishing":
                 continue
-            del self.F[r.rid]
+            del self.awaiting_result[r.rid]
             self.res.remove(r)
-            kv.cache_finished(r.key, r.input_len + r.o0 - 1, r.node, t, kv_tokens=r.held)
+            kv.cache_finished(r.key, r.input_len + r.out_len_base - 1, r.node, t, kv_tokens=r.held)
             self._finish(r, emit_t, aborted=r.abort_error is not None)
             self.batch_is_full = False
 
@@ -68,7 +68,7 @@ class ResultProcessor:
     def _finish(self, r: Req, t: float, aborted: bool) -> None:
         r.state = "done"
         first = r.first_token_s if r.first_token_s is not None else t
-        out = r.o0 if not aborted else max(r.o0, 0)
+        out = r.out_len_base if not aborted else max(r.out_len_base, 0)
         rec = RequestRecord(
             rid=r.rid, arrival_s=r.spec.arrival_s, input_len=r.spec.input_len, output_len=out,
             cached_tokens=r.cached_tokens, first_token_s=first, finish_s=t, ttft_s=first - r.spec.arrival_s,
@@ -76,6 +76,9 @@ class ResultProcessor:
             queue_time_s=r.queue_time_s, num_retractions=r.num_retractions, aborted=aborted)
         self.records.append(rec)
         del self.reqs[r.rid]
+        if not self.signal_finishes:  # nobody waits on finish events (Server docstring): the record is all
+            self.events.pop(rec.rid, None)
+            return
         if t > self.env.now:
             # the client sees it later (detokenize_s, or an abort decided while the loop runs ahead of
             # env.now): signal it at its own time; kept in the snapshot until then

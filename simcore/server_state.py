@@ -1,7 +1,8 @@
 """The server's per-request and per-batch state, and their JSON-able snapshots (used by simcore.server).
 
-A request's output count is lazy while it decodes: ``out_len = o0 + (G − g0)`` with ``G`` the server's decode-launch
-counter (``clk[0]``), so one decode step does not touch every running request.
+A request's output count is lazy while it decodes: ``out_len = out_len_base + (G − launches_base)`` with ``G`` the
+server's decode-launch counter (``launch_counter[0]``, one cell shared by the server and all its requests), so one
+decode step does not touch every running request.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from simcore.kv_cache import KVCache
 from simcore.perf.base import BatchShape
 from simcore.request import RequestSpec
 
-_REQ_FIELDS = ("o0", "g0", "in_r", "ver", "state", "prefix_len", "held", "extend_end", "fill_target",
+_REQ_FIELDS = ("out_len_base", "launches_base", "in_decoding", "ver", "state", "prefix_len", "held", "extend_end", "fill_target",
                "cached_tokens", "admitted_once", "stain", "num_retractions", "ingest_s", "wait_entry_s",
                "queue_time_s", "first_token_s", "last_emit_s", "last_bid", "dropped_bid", "res_group", "in_dec",
                "abort_error", "out_key_base", "out_key_len")
@@ -23,9 +24,9 @@ class Req:
     retraction). ``held``: KV positions the request holds (matched prefix + allocated), valid outside ``run``."""
 
     __slots__ = ("spec", "rid", "key", "key_unit", "input_len", "output_len", "max_new", "ignore_eos", "eos",
-                 "clk", "node", "last_node") + _REQ_FIELDS
+                 "launch_counter", "node", "last_node") + _REQ_FIELDS
 
-    def __init__(self, spec: RequestSpec, max_req_len: int, clk: list[int]) -> None:
+    def __init__(self, spec: RequestSpec, max_req_len: int, launch_counter: list[int]) -> None:
         self.spec = spec
         self.rid = spec.rid
         self.key = spec.key
@@ -39,12 +40,12 @@ class Req:
         self.output_len = max(1, min(out, self.max_new))
         # finishes by EOS/stop (seen one step late under overlap) unless it runs into max_new_tokens
         self.eos = self.output_len < self.max_new
-        self.clk = clk
+        self.launch_counter = launch_counter
         self.node: Any = None
         self.last_node: Any = None
-        self.o0 = 0
-        self.g0 = 0
-        self.in_r = False
+        self.out_len_base = 0
+        self.launches_base = 0
+        self.in_decoding = False
         self.ver = 0
         self.state = "wait"
         self.prefix_len = 0
@@ -69,8 +70,8 @@ class Req:
         self.out_key_len = 0
 
     @classmethod
-    def from_spec(cls, spec: RequestSpec, max_req_len: int, clk: list[int]) -> "Req":
-        return cls(spec, max_req_len, clk)
+    def from_spec(cls, spec: RequestSpec, max_req_len: int, launch_counter: list[int]) -> "Req":
+        return cls(spec, max_req_len, launch_counter)
 
     def abort_for_length(self, max_input_len: int) -> None:
         """A prompt at or above ``max_req_input_len`` (= max_req_len − 5, 0.5.23 tp_worker.py line 572): the
@@ -106,7 +107,7 @@ class Req:
     @property
     def out_len(self) -> int:
         """Output tokens launched so far."""
-        return self.o0 + (self.clk[0] - self.g0) if self.in_r else self.o0
+        return self.out_len_base + (self.launch_counter[0] - self.launches_base) if self.in_decoding else self.out_len_base
 
     @property
     def fill_len(self) -> int:
@@ -117,7 +118,7 @@ class Req:
         """Whether ``b`` (the latest launched batch) computed a token of this request."""
         if self.last_bid == b.bid:
             return True
-        return b.g_after is not None and self.g0 < b.g_after
+        return b.g_after is not None and self.launches_base < b.g_after
 
 
 def output_key(base: int, n: int) -> tuple[int, ...]:
@@ -173,10 +174,10 @@ def req_to_state(r: Req) -> dict[str, Any]:
     return d
 
 
-def req_from_state(d: dict[str, Any], clk: list[int], kv: KVCache) -> Req:
+def req_from_state(d: dict[str, Any], launch_counter: list[int], kv: KVCache) -> Req:
     sd = dict(d["spec"])
     sd["key"] = tuple(sd["key"]) if sd["key"] is not None else None
-    r = Req(RequestSpec(**sd), 2, clk)
+    r = Req(RequestSpec(**sd), 2, launch_counter)
     r.max_new, r.output_len, r.eos = d["max_new"], d["output_len"], d["eos"]
     for f in _REQ_FIELDS:
         setattr(r, f, d.get(f) if f == "abort_error" else d[f])  # snapshots before abort_error have none
@@ -253,8 +254,8 @@ class ReservationSum:
         r.in_dec = False
         if not decoding:
             return
-        G = r.clk[0]
-        t = r.max_new - r.o0 + r.g0 - self.clip  # G from which each step lowers the term
+        G = r.launch_counter[0]
+        t = r.max_new - r.out_len_base + r.launches_base - self.clip  # G from which each step lowers the term
         if G >= t:
             r.in_dec = True
             self.ndec[group] += 1
@@ -284,7 +285,7 @@ class ReservationSum:
         while heap and heap[0][0] <= last:
             t, _, rid, ver = heapq.heappop(heap)
             r = reqs.get(rid)
-            if r is None or r.ver != ver or not r.in_r or r.in_dec or r.res_group < 0:
+            if r is None or r.ver != ver or not r.in_decoding or r.in_dec or r.res_group < 0:
                 continue
             r.in_dec = True
             self.ndec[r.res_group] += 1

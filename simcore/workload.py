@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Iterable, Protocol, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, Protocol, Sequence, Union
 
-import numpy as np
 import simpy
 
 from simcore.errors import UserError
 from simcore.request import RequestSpec
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Server(Protocol):
@@ -88,6 +90,7 @@ def _templates(num_requests: int, input_len: Lengths, output_len: Lengths, seed:
     With ``shared_prefix_len`` > 0 every prompt starts with the same ``shared_prefix_len`` token ids (a system
     prompt) followed by ids unique to the request; otherwise prompts are random (key None, nothing matches).
     """
+    import numpy as np  # start-up: only synthetic workloads draw
     rng = np.random.default_rng(seed)
     ins = _draw(input_len, rng, num_requests)
     outs = _draw(output_len, rng, num_requests)
@@ -172,6 +175,7 @@ class OpenLoop(_Workload):
             raise ValueError("rate_per_s and burstiness must be > 0")
         self.templates = _templates(num_requests, input_len, output_len, seed, shared_prefix_len)
         # intervals come from their own stream so lengths do not depend on the rate
+        import numpy as np
         rng = np.random.default_rng([seed, 1])
         gaps = rng.gamma(burstiness, 1.0 / (rate_per_s * burstiness), size=max(0, num_requests - 1))
         self.offsets_s = [0.0] + [float(x) for x in np.cumsum(gaps)]

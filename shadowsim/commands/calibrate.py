@@ -51,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frontend-s", type=float, default=None,
                         help="fixed host latency per request outside the scheduler (HTTP, chat template, "
                              "tokenizer, detokenizer hop), seconds; docs/accuracy.md §1.5")
+    parser.add_argument("--gpu-per-req-s-for", action="append", default=None, metavar="VERSION=SECONDS",
+                        help="serialized per-row time per step for SGLang versions up to VERSION (repeatable; "
+                             "gpu_per_req_s_by_version, docs/accuracy.md §3.11)")
     parser.add_argument("--out", metavar="PROFILE.json", default=None, help="write the profile here (default: stdout)")
     parser.add_argument("--json", action="store_true", help="print {report, profile, profile_path} as one JSON object on stdout")
 
@@ -64,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from simcore.perf.validation import validate
 
     if not args.from_tables and not args.from_e2e and args.cpu_base_s is None and args.cpu_per_req_s is None \
-            and args.launch_s_per_layer is None and args.frontend_s is None:
+            and args.launch_s_per_layer is None and args.frontend_s is None and not args.gpu_per_req_s_for:
         raise UserError("--from-tables/--from-e2e", "nothing to fit",
                         "give --from-tables GPUS and/or --from-e2e FILE (see --help)")
     if args.holdout_every < 0:
@@ -92,6 +95,22 @@ def run(args: argparse.Namespace) -> int:
             if v < 0:
                 raise UserError(f"--{key.replace('_', '-')}", f"must be ≥ 0, got {v}")
             upd[key] = v
+    if args.gpu_per_req_s_for:
+        from simcore.settings import version_family
+
+        by_version = dict(prof.gpu_per_req_s_by_version)
+        for item in args.gpu_per_req_s_for:
+            version, eq, value = item.partition("=")
+            try:
+                seconds = float(value)
+                version_family(version)
+            except (ValueError, UserError):
+                raise UserError("--gpu-per-req-s-for", f"{item!r} is not VERSION=SECONDS", "e.g. 0.4.0=8e-05") from None
+            if not eq or seconds < 0:
+                raise UserError("--gpu-per-req-s-for", f"{item!r} is not VERSION=SECONDS (seconds ≥ 0)",
+                                "e.g. 0.4.0=8e-05")
+            by_version[version.strip()] = seconds
+        upd["gpu_per_req_s_by_version"] = by_version
     if upd:
         prof = prof.model_copy(update=upd)
     if args.from_e2e:

@@ -7,7 +7,8 @@ SGLang launch flags as typed, parsed with the same flag table as `shadowsim pred
 and the row says so); client = aiperf | bench_serving | poisson; random_range_ratio and seed for bench_serving;
 max_total_tokens pins the KV pool to what the server reported; warmup_requests sets the total warm-up requests;
 length_dist chooses exact isl/osl lengths (fixed) or a spread with those means (exponential, sharegpt);
-unsupported gives a reason to skip). shadowsim simulates the same server and benchmark and prints, per row,
+unsupported gives a reason to skip; measured_ttft_p50_ms, measured_itl_p50_ms, measured_output_tokens_per_s
+and measured_e2e_ms are the medians, output rate and mean e2e of a bench_serving printout, compared where given). shadowsim simulates the same server and benchmark and prints, per row,
 predicted vs measured mean TTFT (and its p10/p50/p90), TPOT, e2e and throughput, the lockstep index (how much
 the simulated clients move in waves; warned at >= 0.5), then MAPE, median and P90 absolute percentage error.
 
@@ -28,6 +29,7 @@ Examples:
   shadowsim validate measurements.csv --server-args "--enable-mixed-chunk --max-prefill-tokens {isl+1500}"
   shadowsim validate measurements.csv --variability measured --replicas 5
   shadowsim validate validation/gpustack_sglang.csv --length-dist exponential
+  shadowsim validate validation/datacrunch_h200_sglang.csv
   shadowsim validate measurements.csv --json > report.json
   shadowsim validate measurements.csv --out rows.csv --profile my_profile.json
 """
@@ -243,6 +245,21 @@ def _print_tables(out: dict[str, Any]) -> None:
               f" {_fmt(r['predicted_e2e_ms'], 0):>11} {_fmt(r['measured_e2e_ms'], 0):>9} {_fmt(r['e2e_ape_pct']):>6} |"
               f" {_fmt(r['predicted_throughput_rps'], 3):>10} {_fmt(r['measured_throughput_rps'], 3):>7}"
               f" {_fmt(r.get('predicted_output_tokens_per_s'), 0):>8} | {_fmt(lock, 2)}")
+    medians = [r for r in out["rows"] if any(r.get(f"measured_{c}") is not None
+                                             for c in ("ttft_p50_ms", "itl_p50_ms", "output_tokens_per_s"))]
+    if medians:  # bench_serving printouts: median TTFT, median ITL, output tokens/s
+        print()
+        mh = (f"{'id':<40} {'rate':>5} | {'med TTFT pred':>13} {'meas':>9} {'err%':>6} | {'med ITL pred':>12}"
+              f" {'meas':>7} {'err%':>6} | {'out tok/s pred':>14} {'meas':>8} {'err%':>6}")
+        print(mh)
+        print("-" * len(mh))
+        for r in medians:
+            print(f"{str(r['id'])[-40:]:<40} {_fmt(r['request_rate'], 0):>5} |"
+                  f" {_fmt(r.get('predicted_ttft_p50_ms')):>13} {_fmt(r.get('measured_ttft_p50_ms')):>9}"
+                  f" {_fmt(r.get('ttft_p50_ape_pct')):>6} | {_fmt(r.get('predicted_itl_p50_ms'), 2):>12}"
+                  f" {_fmt(r.get('measured_itl_p50_ms'), 2):>7} {_fmt(r.get('itl_p50_ape_pct')):>6} |"
+                  f" {_fmt(r.get('predicted_output_tokens_per_s'), 0):>14} {_fmt(r.get('measured_output_tokens_per_s'), 0):>8}"
+                  f" {_fmt(r.get('output_tps_ape_pct')):>6}")
     deployments: dict[str, int] = {}
     for r in out["rows"]:
         deployments[r["deployment"]] = deployments.get(r["deployment"], 0) + 1

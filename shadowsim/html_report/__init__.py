@@ -203,6 +203,10 @@ def _sweep_section(s: Any, key: str) -> str:
         out.append("<p>Skipped: " + "; ".join(html.escape(f"{k['point']['id']}: {k['reason']}")
                                               for k in s.skipped) + "</p>")
     label = {p["id"]: _config_label(p, varying) for p in s.points}
+    out.append(_figure(f"{key}-latency-percentiles",
+                       figures.sweep_latency_percentiles(s.points, label, s.load_axis, s.slo),
+                       "Latency percentiles per point (p50, p90, p99: the CDF at three quantiles) for TTFT, TPOT "
+                       "and e2e; red: the SLO."))
     out.append(_figure(f"{key}-throughput-latency", figures.throughput_latency(s.points, label, s.load_axis),
                        "Throughput per GPU against p90 TTFT and p90 TPOT, one line per configuration across load."))
     out.append(_figure(f"{key}-pareto", figures.pareto_per_load(s.points, front, s.feasible, s.load_axis,
@@ -255,8 +259,14 @@ def _validation_section(v: Any, key: str) -> str:
     rows = [[m, str(s["n"]), _fmt(s["mape"]), _fmt(s["median_ape"]), _fmt(s["p90_ape"])]
             for m, s in v.summary.items()]
     out.append(_table(["metric", "rows", "MAPE %", "median %", "P90 %"], rows, left=1))
+    with_iv = any(r.get("intervals") for r in v.rows)
     out.append(_figure(f"{key}-scatter", figures.predicted_vs_measured(v.rows),
-                       "Predicted against measured per row (diagonal: perfect; band: +-20 %)."))
+                       "Predicted against measured per row (diagonal: perfect; band: +-20 %)"
+                       + ("; red bars: p5-p95 over the replicas." if with_iv else ".")))
+    if with_iv:
+        out.append(_figure(f"{key}-row-intervals", figures.row_intervals(v.rows),
+                           "Per row: predicted / measured, the dot the median replica and the bar the p5-p95 "
+                           "interval over the replicas (--replicas)."))
     out.append(_figure(f"{key}-error-histogram", figures.error_histogram(v.rows),
                        "Signed error (predicted - measured) / measured per row and metric."))
     if v.skipped:

@@ -70,6 +70,35 @@ def latency_cdfs(records: Sequence[Any], slo: dict[str, Any] | None, summary: di
     return _svg(fig)
 
 
+def sweep_latency_percentiles(points: Sequence[dict[str, Any]], label: dict[int, str], load_axis: str | None,
+                              slo: dict[str, Any] | None) -> str:
+    """Per sweep point, the latency distribution its p50/p90/p99 trace (TTFT, TPOT, e2e): a CDF at three
+    quantiles, one line per configuration and load, the SLO as a red line."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.2))
+    cmap = plt.get_cmap("viridis")
+    shown = list(points)[:16]  # beyond that the lines cannot be told apart; the table lists every point
+    for ax, (name, limit) in zip(axes, (("ttft", (slo or {}).get("ttft_ms")), ("tpot", (slo or {}).get("tpot_ms")),
+                                        ("e2e", None))):
+        for i, p in enumerate(shown):
+            qs = [(p.get(f"{name}_{q}_ms"), int(q[1:]) / 100) for q in ("p50", "p90", "p99")]
+            qs = [(x, y) for x, y in qs if x is not None and not math.isnan(x)]
+            if not qs:
+                continue
+            load = f", {p.get(load_axis):g}" if load_axis and p.get(load_axis) is not None else ""
+            ax.plot([x for x, _ in qs], [y for _, y in qs], marker="o", ms=3, lw=1,
+                    color=cmap(i / max(1, len(shown) - 1)), label=f"{label.get(p['id'], p['id'])}{load}")
+        if limit:
+            ax.axvline(limit, color="#cc0000", ls="--", lw=1)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{name.upper()} (ms)")
+        ax.set_ylim(0.45, 1.0)
+    axes[0].set_ylabel("fraction of requests")
+    axes[2].legend(fontsize=6, loc="lower right")
+    fig.tight_layout()
+    return _svg(fig)
+
+
 def replica_intervals(summaries: Sequence[dict[str, Any]]) -> str:
     import numpy as np
 
@@ -232,6 +261,14 @@ def predicted_vs_measured(rows: Sequence[dict[str, Any]]) -> str:
         if pairs:
             xs, ys = zip(*pairs)
             ax.scatter(xs, ys, s=12, color="#3465a4")
+            bars = [(r[f"measured_{m}_{unit}"], iv) for r in rows if r.get(f"measured_{m}_{unit}")
+                    and (iv := _row_interval(r, m, unit))]
+            if bars:  # --replicas N: each row's p5-p95 over the replicas as a vertical error bar
+                bx = [b[0] for b in bars]
+                mid = [b[1]["p50"] for b in bars]
+                ax.errorbar(bx, mid, yerr=[[mi - b[1]["p5"] for mi, b in zip(mid, bars)],
+                                           [b[1]["p95"] - mi for mi, b in zip(mid, bars)]],
+                            fmt="none", ecolor="#cc0000", elinewidth=1.2, capsize=2, alpha=0.8)
             lo, hi = min(min(xs), min(ys)) * 0.8, max(max(xs), max(ys)) * 1.2
             ax.plot([lo, hi], [lo, hi], color="k", lw=0.8)
             ax.fill_between([lo, hi], [lo * 0.8, hi * 0.8], [lo * 1.2, hi * 1.2], color=GREY, alpha=0.25)
@@ -242,6 +279,36 @@ def predicted_vs_measured(rows: Sequence[dict[str, Any]]) -> str:
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("measured")
     axes[0].set_ylabel("predicted")
+    fig.tight_layout()
+    return _svg(fig)
+
+
+def _row_interval(row: dict[str, Any], metric: str, unit: str) -> dict[str, float] | None:
+    """The row's p5/p50/p95 of a predicted figure over the replicas (validate --replicas N), when it has one."""
+    iv = (row.get("intervals") or {}).get(f"predicted_{metric}_{unit}")
+    if not iv or any(iv.get(k) is None or math.isnan(iv[k]) for k in ("p5", "p50", "p95")):
+        return None
+    return iv
+
+
+def row_intervals(rows: Sequence[dict[str, Any]]) -> str:
+    """Per row and metric: predicted / measured with the p5-p95 interval over the replicas as an error bar."""
+    plt = _plt()
+    ids = [str(r["id"]) for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(10, 0.8 + 0.28 * max(len(rows), 3)), sharey=True)
+    for ax, (m, name, unit) in zip(axes, _METRICS):
+        for i, r in enumerate(rows):
+            meas, iv = r.get(f"measured_{m}_{unit}"), _row_interval(r, m, unit)
+            if not meas or iv is None:
+                continue
+            lo, mid, hi = iv["p5"] / meas, iv["p50"] / meas, iv["p95"] / meas
+            ax.errorbar([mid], [i], xerr=[[mid - lo], [hi - mid]], fmt="o", ms=3, color="#3465a4",
+                        ecolor="#cc0000", elinewidth=1.5, capsize=2)
+        ax.axvline(1.0, color="k", lw=0.8)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("predicted / measured")
+    axes[0].set_yticks(range(len(ids)), [i[:40] for i in ids], fontsize=7)
+    axes[0].invert_yaxis()
     fig.tight_layout()
     return _svg(fig)
 

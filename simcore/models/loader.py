@@ -1,8 +1,11 @@
 """Read Hugging Face ``config.json`` files into `ModelSpec`s, from the shipped catalogue or a local path.
 
-Supported families: dense Llama / Mistral / Qwen2 / Qwen3 / MiMo, MoE Qwen3-MoE / Mixtral, MLA+MoE
-DeepSeek-V2/V3/R1 and Kimi-K2, and the text backbone of Qwen3-VL (``text_config``). Other architectures are
-refused with a message rather than guessed at: a silently wrong layer count would poison every prediction.
+Supported families: dense Llama / Mistral / Qwen2 / Qwen3 / MiMo / Gemma 3, MoE Qwen3-MoE / Mixtral / GLM-4.5
+(glm4_moe) / gpt-oss, MLA+MoE DeepSeek-V2/V3/R1/V3.1, DeepSeek-V3.2 (MLA with DeepSeek Sparse Attention) and
+Kimi-K2, and the text backbone of Qwen3-VL and Gemma 3 (``text_config``). Sliding-window layers are read from
+``layer_types`` (gpt-oss; ``sliding_attention`` entries) or Gemma 3's ``sliding_window_pattern`` (every sixth
+layer global, transformers' ``Gemma3TextConfig``). Other architectures are refused with a message rather than
+guessed at: a silently wrong layer count would poison every prediction.
 """
 from __future__ import annotations
 
@@ -16,9 +19,18 @@ from typing import Any
 from simcore.errors import UserError
 from simcore.models.spec import ModelSpec
 
-DENSE = {"llama", "mistral", "qwen2", "qwen3", "mimo", "qwen3_vl_text", "qwen3_vl"}
-MOE = {"qwen3_moe", "mixtral", "qwen2_moe", "qwen3_vl_moe", "qwen3_vl_moe_text"}
-MLA = {"deepseek_v3", "deepseek_v2", "kimi_k2"}
+DENSE = {"llama", "mistral", "qwen2", "qwen3", "mimo", "qwen3_vl_text", "qwen3_vl", "gemma3", "gemma3_text"}
+MOE = {"qwen3_moe", "mixtral", "qwen2_moe", "qwen3_vl_moe", "qwen3_vl_moe_text", "gpt_oss", "glm4_moe"}
+MLA = {"deepseek_v3", "deepseek_v2", "kimi_k2", "deepseek_v32"}
+GEMMA3 = {"gemma3", "gemma3_text"}
+
+# transformers' Gemma3TextConfig defaults (transformers 5.24 models/gemma3/configuration_gemma3.py): Gemma 3's
+# published config.json files leave these out of ``text_config`` (4B sets no head counts at all).
+GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+    "max_position_embeddings": 131_072, "sliding_window": 4096, "sliding_window_pattern": 6,
+    "tie_word_embeddings": True,
+}
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "bf16"}
 
@@ -32,6 +44,8 @@ def _quantization(cfg: dict[str, Any]) -> str | None:
         return "fp8_block" if q.get("weight_block_size") else "fp8"
     if method in ("awq", "gptq"):
         return "int4"
+    if method == "mxfp4":
+        return "mxfp4"
     if method == "compressed-tensors":
         groups = q.get("config_groups") or {}
         for g in groups.values():
@@ -43,25 +57,55 @@ def _quantization(cfg: dict[str, Any]) -> str | None:
     return None
 
 
+def sliding_window_layers(cfg: dict[str, Any], mtype: str) -> tuple[int, int]:
+    """(sliding window in tokens, number of sliding-window layers) of a text config; (0, 0) without any.
+
+    ``layer_types`` is authoritative where present (gpt-oss; SGLang 0.5.9 ``configs/model_config.py:
+    get_hybrid_layer_ids`` reads it for GptOssForCausalLM). Gemma 3 without it: layer i is local unless
+    (i + 1) is a multiple of ``sliding_window_pattern`` (transformers ``Gemma3TextConfig.__post_init__``)."""
+    layers = int(cfg["num_hidden_layers"])
+    window = int(cfg.get("sliding_window") or 0)
+    types = cfg.get("layer_types")
+    if types:
+        swa = sum(1 for t in types[:layers] if t == "sliding_attention")
+    elif mtype in GEMMA3:
+        pattern = int(cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or 6)
+        swa = sum(1 for i in range(layers) if (i + 1) % pattern)
+    else:
+        swa = 0  # e.g. Mistral-7B-v0.1's sliding_window, which SGLang runs as full attention on every layer
+    if not window or not swa:
+        return 0, 0
+    return window, swa
+
+
 def spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
     """Build a ModelSpec from a parsed config.json dict (see module docstring for supported families)."""
     top = cfg
     if "text_config" in cfg:  # VLM: the language backbone is what the scheduler and KV pool see
-        cfg = {**cfg["text_config"], "tie_word_embeddings": top.get("tie_word_embeddings", False)}
+        text = cfg["text_config"]
+        tie = top.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+        if str(text.get("model_type", "")).lower() in GEMMA3:
+            tie = text.get("tie_word_embeddings", True)  # Gemma3TextConfig ties the LM head by default
+        cfg = {**text, "tie_word_embeddings": tie}
     mtype = str(cfg.get("model_type") or top.get("model_type") or "").lower()
+    if mtype in GEMMA3:
+        cfg = {**GEMMA3_TEXT_DEFAULTS, **cfg}
     arch = (top.get("architectures") or [""])[0]
     if mtype not in DENSE | MOE | MLA:
         raise UserError("--model", f"{name}: architecture {arch or mtype!r} is not modelled",
-                        "supported: Llama, Mistral, Qwen2/3, Qwen3-MoE, Mixtral, DeepSeek-V2/V3, Kimi-K2")
+                        "supported: Llama, Mistral, Qwen2/3, Qwen3-MoE, Mixtral, Gemma 3, gpt-oss, GLM-4.5, "
+                        "DeepSeek-V2/V3/V3.2, Kimi-K2")
     h = int(cfg["hidden_size"])
     nh = int(cfg["num_attention_heads"])
     dtype = _DTYPES.get(str(cfg.get("torch_dtype") or cfg.get("dtype") or top.get("torch_dtype") or "bfloat16"), "bf16")
+    window, swa_layers = sliding_window_layers(cfg, mtype)
     common: dict[str, Any] = dict(
         name=name, architecture=arch, num_layers=int(cfg["num_hidden_layers"]), hidden_size=h, num_heads=nh,
         vocab_size=int(cfg["vocab_size"]), intermediate_size=int(cfg.get("intermediate_size") or 4 * h),
         context_length=int(cfg.get("max_position_embeddings") or 4096), dtype=dtype,
         quantization=_quantization(top) or _quantization(cfg),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        sliding_window=window, num_swa_layers=swa_layers,
     )
     if mtype in MLA:
         nope, rope = int(cfg["qk_nope_head_dim"]), int(cfg["qk_rope_head_dim"])
@@ -73,9 +117,21 @@ def spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
             num_experts=int(cfg["n_routed_experts"]), top_k=int(cfg["num_experts_per_tok"]),
             moe_intermediate_size=moe_i, num_shared_experts=int(cfg.get("n_shared_experts") or 0),
             shared_expert_intermediate_size=moe_i, num_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
+            index_head_dim=int(cfg.get("index_head_dim") or 0) if mtype == "deepseek_v32" else 0,
+            index_topk=int(cfg.get("index_topk") or 0) if mtype == "deepseek_v32" else 0,
         )
     head_dim = int(cfg.get("head_dim") or h // nh)
     nkv = int(cfg.get("num_key_value_heads") or nh)
+    if mtype == "glm4_moe":  # DeepSeek-style routed + shared experts after first_k_dense_replace dense layers
+        moe_i = int(cfg["moe_intermediate_size"])
+        shared = int(cfg.get("n_shared_experts") or 0)
+        return ModelSpec(
+            **common, num_kv_heads=nkv, head_dim=head_dim, v_head_dim=head_dim,
+            num_experts=int(cfg["n_routed_experts"]), top_k=int(cfg["num_experts_per_tok"]),
+            moe_intermediate_size=moe_i, num_shared_experts=shared,
+            shared_expert_intermediate_size=moe_i if shared else 0,
+            num_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
+        )
     if mtype in MOE:
         experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
         # Mixtral names its expert width intermediate_size; Qwen uses moe_intermediate_size.

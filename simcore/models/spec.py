@@ -22,17 +22,21 @@ WEIGHT_BYTES_PER_ELEM: dict[str, float] = {
     "int4_wo": 0.5 + 4.0 / 128,
     # NVFP4 (ModelOpt FP4): 4-bit values with one fp8 (e4m3) scale per 16 elements (+ one fp32 per tensor)
     "nvfp4": 0.5 + 1.0 / 16,
+    # MXFP4 (OCP microscaling, gpt-oss's checkpoint format): 4-bit e2m1 values with one e8m0 (1-byte) scale per
+    # 32 elements; gpt-oss quantizes only the MoE experts (its quantization_config.modules_to_not_convert keeps
+    # self_attn, the router, embed_tokens and lm_head in bf16)
+    "mxfp4": 0.5 + 1.0 / 32,
 }
 # Precisions whose checkpoints keep the attention projections in 16 bits: NVIDIA's ModelOpt FP4 DeepSeek/Kimi
 # checkpoints quantize the MLP and expert linears and exclude ``self_attn`` (their hf_quant_config.json).
-ATTENTION_16BIT_PRECISIONS = frozenset({"nvfp4"})
+ATTENTION_16BIT_PRECISIONS = frozenset({"nvfp4", "mxfp4"})
 
 PRECISION_ALIASES: dict[str, str] = {
     "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "auto": "bf16",
     "fp8_e4m3": "fp8", "fp8-e4m3": "fp8", "fp8_per_tensor": "fp8", "fp8-block": "fp8_block",
     "fp8_blockwise": "fp8_block", "w8a8": "int8", "awq": "int4", "gptq": "int4", "w4a16": "int4",
     "int4-wo": "int4", "int4_weight_only": "int4",
-    "fp4": "nvfp4", "modelopt_fp4": "nvfp4", "nv_fp4": "nvfp4",
+    "fp4": "nvfp4", "modelopt_fp4": "nvfp4", "nv_fp4": "nvfp4", "mx_fp4": "mxfp4",
 }
 
 
@@ -58,6 +62,11 @@ class ModelSpec(BaseModel):
     MLP: dense layers use ``intermediate_size``; MoE layers route each token to ``top_k`` of ``num_experts``
     experts of ``moe_intermediate_size`` plus ``num_shared_experts`` always-on experts. The first
     ``num_dense_layers`` layers of an MoE model are dense (DeepSeek's first_k_dense_replace).
+    Sliding-window attention (gpt-oss, Gemma 3): ``num_swa_layers`` of the layers attend to at most the last
+    ``sliding_window`` tokens (SGLang passes ``sliding_window_size`` to the attention kernel for them); the rest
+    attend to the whole context. DeepSeek Sparse Attention (DeepSeek-V3.2): ``index_head_dim`` is the lightning
+    indexer's key width, whose keys SGLang keeps in the KV pool beside the MLA latent (``index_topk`` is the
+    number of tokens each query attends to; the attention itself is priced as dense MLA, docs/accuracy.md §4).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -87,6 +96,10 @@ class ModelSpec(BaseModel):
     dtype: str = "bf16"
     quantization: str | None = None  # precision the checkpoint ships in, when quantized (fp8, fp8_block, …)
     tie_word_embeddings: bool = False
+    sliding_window: int = 0  # tokens a sliding-window layer attends to (0: no sliding-window layers)
+    num_swa_layers: int = 0  # layers with sliding-window attention; the other layers attend to everything
+    index_head_dim: int = 0  # DeepSeek-V3.2 (DSA): the indexer key width per token and layer (0: none)
+    index_topk: int = 0  # DeepSeek-V3.2 (DSA): tokens each query attends to after the indexer's selection
 
     # ---- derived structure -------------------------------------------------------------------------------
     @property
@@ -96,6 +109,11 @@ class ModelSpec(BaseModel):
     @property
     def num_moe_layers(self) -> int:
         return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        """Layers that attend to the whole context (all of them unless the model has sliding-window layers)."""
+        return self.num_layers - self.num_swa_layers
 
     @property
     def default_precision(self) -> str:
@@ -173,3 +191,14 @@ class ModelSpec(BaseModel):
         if self.is_mla:
             return (self.kv_lora_rank + self.qk_rope_head_dim) * self.num_layers * kv_dtype_bytes
         return self.kv_heads_per_rank(tp) * (self.head_dim + self.v_head_dim) * self.num_layers * kv_dtype_bytes
+
+    def indexer_cell_bytes(self) -> int:
+        """Bytes per token of DeepSeek-V3.2's indexer keys over all layers (0 for other models), beside the KV cell.
+
+        SGLang 0.5.9 ``model_runner_kv_cache_mixin.get_cell_size_per_token``: for an NSA model the cell grows by
+        ``index_head_dim + index_head_dim // NSATokenToKVPool.quant_block_size(128) * 4`` elements of
+        ``index_k_with_scale_buffer_dtype`` (uint8, 1 byte) per layer: fp8 keys plus one fp32 scale per 128.
+        """
+        if not self.index_head_dim:
+            return 0
+        return (self.index_head_dim + self.index_head_dim // 128 * 4) * self.num_layers

@@ -33,7 +33,8 @@ DEFAULT_ROOFLINE: dict[str, float] = {
 M_GRID = tuple(sorted({2**i for i in range(0, 18)} | {3 * 2**i for i in range(0, 16)}))
 LEN_GRID = tuple(sorted({2**i for i in range(0, 19)} | {3 * 2**i for i in range(0, 17)}))
 
-_DT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int8": 1.0, "int4": 0.53, "nvfp4": 0.5625}
+_DT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int8": 1.0, "int4": 0.53, "nvfp4": 0.5625,
+             "mxfp4": 0.53125}
 
 
 @dataclass

@@ -5,16 +5,35 @@ GPU kernel latencies follow power laws piecewise: flat (launch-bound), ∝ size 
 never produces negative times, so every table lookup in simcore.perf goes through these two helpers.
 
 - `Curve`: one measured axis, evaluated on the hot path (pure Python bisect, well under a microsecond).
-- `LogGrid`: an N-d grid with holes (NaN), evaluated only when a `Curve` is built for one op shape.
+- `LogGrid`: an N-d grid with holes (NaN), evaluated only when a `Curve` is built for one op shape. Built with
+  numpy; evaluated in pure Python on a flat copy, which is all a pickled grid keeps (start-up: loading the
+  binary table cache and building curves imports no numpy; the numpy arrays come back on first access).
 """
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from array import array
 from itertools import product
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
+
+def _numpy() -> Any:
+    import numpy  # start-up: only building grids (and a few rare paths) needs numpy
+    return numpy
+
+
+class LazyNumpy:
+    """Stands for the numpy module and imports it on first attribute access (``np = LazyNumpy()``), so modules
+    whose numpy code runs only when tables are built cost nothing to import."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(_numpy(), name)
 
 
 class Curve:
@@ -52,6 +71,7 @@ class Curve:
 
 def _fill_line(lx: np.ndarray, ly: np.ndarray) -> np.ndarray:
     """Fill NaNs of one grid line: interpolate inside, continue the end slopes (clamped to [0, 2]) outside."""
+    np = _numpy()
     ok = ~np.isnan(ly)
     if ok.sum() < 2 or ok.all():
         return ly
@@ -69,6 +89,7 @@ def _fill_holes(logv: np.ndarray, log_axes: Sequence[np.ndarray]) -> np.ndarray:
 
     Exact for separable power laws; measured cells are never changed. Cells no axis can reach stay NaN.
     """
+    np = _numpy()
     holes = np.isnan(logv)
     if not holes.any():
         return logv
@@ -91,19 +112,71 @@ class LogGrid:
     ``at(point)`` interpolates multilinearly in (log axis, log latency), extrapolating along an axis from
     its two outermost values when the point lies outside. Missing corners are skipped and the remaining
     weights renormalized; returns NaN when no corner around the point was measured.
+
+    ``axes``, ``log_axes`` and ``logv`` are numpy arrays; evaluation reads pure-Python copies of the same floats
+    (``_ax``, ``_la``: lists; ``_flat``: ``logv`` in C order; ``_strides``), so its results are bit for bit
+    what indexing the arrays gives. A pickle holds only those copies; the arrays are rebuilt on first access.
     """
 
     def __init__(self, axes: Sequence[np.ndarray], values: np.ndarray, fill: bool = True) -> None:
-        self.axes = [np.asarray(a, dtype=float) for a in axes]
-        self.log_axes = [np.log(a) for a in self.axes]
+        np = _numpy()
+        self._arrays: tuple[Any, Any, Any] | None = None
+        ax = [np.asarray(a, dtype=float) for a in axes]
+        la = [np.log(a) for a in ax]
         with np.errstate(divide="ignore", invalid="ignore"):
-            self.logv = np.where(values > 0, np.log(values), np.nan)
+            logv = np.where(values > 0, np.log(values), np.nan)
         if fill:
-            self.logv = _fill_holes(self.logv, self.log_axes)
+            logv = _fill_holes(logv, la)
+        self._set(ax, la, logv)
+
+    def _set(self, axes: list[Any], log_axes: list[Any], logv: Any) -> None:
+        self._arrays = (axes, log_axes, logv)
+        self._ax = [[float(x) for x in a] for a in axes]
+        self._la = [[float(x) for x in a] for a in log_axes]
+        self._shape = tuple(int(n) for n in logv.shape)
+        self._flat = array("d", logv.astype(float).ravel(order="C").tobytes())
+        strides, acc = [], 1
+        for n in reversed(self._shape):
+            strides.append(acc)
+            acc *= n
+        self._strides = tuple(reversed(strides))
+
+    def _materialize(self) -> tuple[Any, Any, Any]:
+        if self._arrays is None:
+            np = _numpy()
+            self._arrays = ([np.array(a, dtype=float) for a in self._ax], [np.array(a, dtype=float) for a in self._la],
+                            np.frombuffer(self._flat.tobytes(), dtype=float).reshape(self._shape).copy())
+        return self._arrays
+
+    @property
+    def axes(self) -> list[Any]:
+        return self._materialize()[0]
+
+    @property
+    def log_axes(self) -> list[Any]:
+        return self._materialize()[1]
+
+    @property
+    def logv(self) -> Any:
+        return self._materialize()[2]
+
+    @logv.setter
+    def logv(self, values: Any) -> None:
+        axes, log_axes, _ = self._materialize()
+        self._set(axes, log_axes, values)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"ax": self._ax, "la": self._la, "shape": self._shape, "flat": self._flat, "strides": self._strides}
+
+    def __setstate__(self, st: dict[str, Any]) -> None:
+        self._arrays = None
+        self._ax, self._la, self._shape, self._flat, self._strides = (st["ax"], st["la"], st["shape"], st["flat"],
+                                                                      st["strides"])
 
     @classmethod
     def from_points(cls, coords: Sequence[np.ndarray], latency: np.ndarray) -> LogGrid:
         """Build from scattered rows (one array per axis, same length as ``latency``)."""
+        np = _numpy()
         axes = [np.unique(c) for c in coords]
         idx = tuple(np.searchsorted(a, c) for a, c in zip(axes, coords))
         vals = np.full([len(a) for a in axes], np.nan)
@@ -111,24 +184,25 @@ class LogGrid:
         return cls(axes, vals)
 
     def _bracket(self, d: int, t: float) -> tuple[int, int, float]:
-        la = self.log_axes[d]
+        la = self._la[d]
         if len(la) == 1:
             return 0, 0, 0.0
-        i = int(np.searchsorted(la, t, side="right"))
+        i = bisect_right(la, t)  # numpy.searchsorted(side="right") on the same floats
         i = min(max(i, 1), len(la) - 1)
         w = (t - la[i - 1]) / (la[i] - la[i - 1])
-        return i - 1, i, float(w)
+        return i - 1, i, w
 
     def at(self, point: Sequence[float]) -> float:
         br = [self._bracket(d, math.log(max(p, 1e-12))) for d, p in enumerate(point)]
         acc, wsum = 0.0, 0.0
+        flat, strides = self._flat, self._strides
         for corner in product((0, 1), repeat=len(br)):
             w = 1.0
-            idx = []
-            for (lo, hi, f), c in zip(br, corner):
-                idx.append(hi if c else lo)
+            off = 0
+            for (lo, hi, f), c, stride in zip(br, corner, strides):
+                off += (hi if c else lo) * stride
                 w *= f if c else (1.0 - f)
-            v = self.logv[tuple(idx)]
+            v = flat[off]
             if w == 0.0 or math.isnan(v):
                 continue
             acc += w * v
@@ -140,6 +214,7 @@ class LogGrid:
 
     def _nearest(self, point: Sequence[float]) -> float:
         """Value of the measured grid point closest in log space (fallback around holes)."""
+        np = _numpy()
         valid = np.argwhere(~np.isnan(self.logv))
         if len(valid) == 0:
             return float("nan")
@@ -152,11 +227,11 @@ class LogGrid:
         """A `Curve` along ``axis`` at its measured values, the other coordinates held at ``fixed``
         (``fixed`` lists the other axes' values in order, skipping ``axis``)."""
         xs, ys = [], []
-        for x in self.axes[axis]:
+        for x in self._ax[axis]:
             pt = list(fixed)
             pt.insert(axis, float(x))
             y = self.at(pt)
             if math.isfinite(y):
-                xs.append(float(x))
+                xs.append(x)
                 ys.append(y)
         return Curve(xs, ys)

@@ -36,12 +36,12 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
 from simcore.errors import UserError
 from simcore.perf.interp import Curve
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from simcore.gpus import GpuSpec
     from simcore.models.spec import ModelSpec
     from simcore.settings import ServerSettings
@@ -122,6 +122,8 @@ def op_dtypes(precision: str, model: "ModelSpec | None" = None) -> OpDtypes:
     """Which kernels each op class runs for a (normalized) serving precision; see the module docstring."""
     if precision == "nvfp4":
         return OpDtypes("bf16", "nvfp4", "nvfp4")
+    if precision == "mxfp4":  # gpt-oss: MXFP4 experts (bf16 compute on Hopper's triton kernels), bf16 elsewhere
+        return OpDtypes("bf16", "bf16", "mxfp4")
     if precision == "fp8" and model is not None and model.quantization == "fp8_block":
         return OpDtypes("fp8_block", "fp8_block", "fp8_block")
     gdt = precision if precision in ("fp8", "fp8_block") else ("int4" if precision == "int4" else "bf16")

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from simcore.errors import UserError
 
 # Factors added after the first profiles were written; 0.0 (their default) leaves a profile's hash unchanged.
-_LATE_FACTORS = ("frontend_s",)
+_LATE_FACTORS = ("frontend_s", "gpu_per_req_s_by_version")
 OP_CLASSES = ("gemm", "context_attention", "generation_attention", "communication", "moe", "elementwise")
 
 
@@ -48,6 +48,10 @@ class CalibrationProfile(BaseModel):
       template, tokenization, the ZMQ hop to the scheduler, and the first token's way back through the
       detokenizer and the SSE writer). `simcore.engine.simulate` delays each request's arrival at the scheduler
       by it; the live shadow, which sees requests as the server logged them, does not add it.
+    - ``gpu_per_req_s_by_version``: ``{last version: seconds}``, the per-row serialized time of SGLang versions
+      whose decode step does more per-row work outside the overlapped part of the loop than the versions
+      ``gpu_per_req_s`` was fitted on; a server of version v uses the entry with the smallest key ≥ v, else
+      ``gpu_per_req_s`` (`for_version`; docs/accuracy.md §3.11).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -63,6 +67,7 @@ class CalibrationProfile(BaseModel):
     step_overhead_s: float = 0.0
     gpu_per_req_s: float = 0.0
     frontend_s: float = 0.0
+    gpu_per_req_s_by_version: dict[str, float] = Field(default_factory=dict)
     # Roofline efficiencies (fraction of peak reached), measured on the tabulated GPUs.
     roofline: dict[str, float] = Field(default_factory=dict)
     fit_stats: dict[str, FitStat] = Field(default_factory=dict)
@@ -76,10 +81,23 @@ class CalibrationProfile(BaseModel):
         payload = self.model_dump(exclude={"name", "source", "fit_stats"})
         # factors added after version 1 enter the hash only when set, so older profiles keep their hashes
         for late in _LATE_FACTORS:
-            if payload.get(late) == 0.0:
+            if payload.get(late) in (0.0, {}):
                 payload.pop(late)
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def for_version(self, sglang_version: str) -> "CalibrationProfile":
+        """The profile as it applies to a server of ``sglang_version``: ``gpu_per_req_s`` replaced by the
+        ``gpu_per_req_s_by_version`` entry with the smallest last-version key ≥ the version (itself when none)."""
+        from simcore.settings import _version_tuple
+
+        if not self.gpu_per_req_s_by_version:
+            return self
+        v = _version_tuple(sglang_version)
+        keys = sorted((_version_tuple(k), k) for k in self.gpu_per_req_s_by_version if _version_tuple(k) >= v)
+        if not keys:
+            return self
+        return self.model_copy(update={"gpu_per_req_s": self.gpu_per_req_s_by_version[keys[0][1]]})
 
     def to_json(self) -> str:
         data = self.model_dump()

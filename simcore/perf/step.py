@@ -23,6 +23,7 @@ from simcore.perf.costs import RooflineCosts, TableCosts
 from simcore.perf.moe_parallel import op_dtypes
 from simcore.perf.profile import CalibrationProfile
 from simcore.perf.shapes import RankShapes, rank_shapes
+from simcore.perf.sliding_window import window_decode_kv, window_extend_sq
 
 # Kernels per layer that are not GEMMs or attention (norms, RoPE, activation, KV store, qk-norm).
 _EW_KERNELS = 5
@@ -109,6 +110,10 @@ class StepLatencyModel:
         self._kv_b_curve = (costs.gemm_curve(sh.mla_kv_b.n, sh.mla_kv_b.k, dts.attention)
                             if sh.mla_kv_b is not None else None)
         self._sm_version = (costs.roof.gpu if isinstance(costs, TableCosts) else costs.gpu).sm_version
+        # sliding-window layers (simcore/perf/sliding_window.py): attention over at most `window` tokens
+        self._window = model.sliding_window if model.num_swa_layers and not model.is_mla else 0
+        self._swa_layers = model.num_swa_layers if self._window else 0
+        self._full_layers = self.shapes.num_layers - self._swa_layers
         self._dense_memo: dict[tuple[int, int, bool], float] = {}
         self._memo: dict[BatchShape, StepTime] = {}
 
@@ -163,6 +168,26 @@ class StepLatencyModel:
                                             sum(extend), sq / 2.0, kv)
         return self.costs.context_attention_s(n, s_rms, sh.q_heads, sh.kv_heads, sh.head_dim, self.kv_bytes)
 
+    def _context_attention_layers(self, extend: tuple[int, ...], prefix: tuple[int, ...]) -> float:
+        """Extend attention summed over the layers: the full layers as `_context_attention`, the sliding-window
+        layers over their windowed query-key pairs (`simcore.perf.sliding_window.window_extend_sq`)."""
+        full = self._context_attention(extend, prefix)
+        if not self._swa_layers:
+            return self.shapes.num_layers * full
+        sh = self.shapes
+        n = len(extend)
+        s_rms = math.sqrt(window_extend_sq(extend, prefix, self._window) / n)
+        swa = self.costs.context_attention_s(n, s_rms, sh.q_heads, sh.kv_heads, sh.head_dim, self.kv_bytes)
+        return self._full_layers * full + self._swa_layers * swa
+
+    def _generation_attention_layers(self, batch: int, shape: BatchShape) -> float:
+        """Decode attention summed over the layers; sliding-window layers read at most `window` KV per row."""
+        full = self._generation_attention(batch, shape.decode_sum_kv)
+        if not self._swa_layers:
+            return self.shapes.num_layers * full
+        kv = window_decode_kv(shape.num_decode, shape.decode_sum_kv, shape.decode_kv_lens, self._window)
+        return self._full_layers * full + self._swa_layers * self._generation_attention(batch, kv)
+
     def mla_prefix_s(self, prefix_tokens: int) -> float:
         """Seconds per layer the MLA MHA path spends on ``prefix_tokens`` cached tokens (see the module constants).
 
@@ -215,7 +240,7 @@ class StepLatencyModel:
         gpu = self._dense_part(m, n_ext + bs, graph)
         decode_attention = bs > 0
         if n_ext:
-            gpu += self._k_ctx * L * self._context_attention(shape.extend_lens, shape.prefix_lens)
+            gpu += self._k_ctx * self._context_attention_layers(shape.extend_lens, shape.prefix_lens)
             if self.shapes.is_mla:
                 # decode rows of a mixed batch are extend rows of 1 token over their KV (the new token excluded)
                 prefix = sum(shape.prefix_lens) + max(0, shape.decode_sum_kv - shape.num_decode)
@@ -223,7 +248,7 @@ class StepLatencyModel:
                     gpu += L * self.mla_prefix_s(prefix)
                     decode_attention = False  # the decode rows' queries ride the MHA extend kernel
         if decode_attention:
-            gpu += self._k_gen * L * self._generation_attention(bs, shape.decode_sum_kv)
+            gpu += self._k_gen * self._generation_attention_layers(bs, shape)
         if not graph:
             # Eager mode: the CPU launches ~15 kernels per layer; a short step cannot beat its launches.
             gpu = max(gpu, L * prof.launch_s_per_layer)
@@ -243,9 +268,9 @@ class StepLatencyModel:
             "gemm": gemm,
             "lm_head": self._lm_curve(max(1, len(shape.extend_lens) + bs)) * 1e-3,
             "communication": (2 * L + 1) * c.allreduce_s(m * sh.hidden * 2.0, self.tp, graph),
-            "context_attention": L * self._context_attention(shape.extend_lens, shape.prefix_lens)
+            "context_attention": self._context_attention_layers(shape.extend_lens, shape.prefix_lens)
             if shape.extend_lens else 0.0,
-            "generation_attention": L * self._generation_attention(bs, shape.decode_sum_kv) if bs else 0.0,
+            "generation_attention": self._generation_attention_layers(bs, shape) if bs else 0.0,
             "elementwise": L * c.elementwise_s(m * sh.elementwise_bytes_per_token, _EW_KERNELS),
         }
         if sh.num_moe_layers:

@@ -24,11 +24,14 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from simcore.perf.interp import Curve, LazyNumpy, LogGrid
 
-from simcore.perf.interp import Curve, LogGrid
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = LazyNumpy()  # start-up: imported when tables are built, not when they are loaded from the cache
 
 DTYPE_CODES = {"bf16": 0, "fp16": 0, "fp8": 1, "fp8_block": 2, "int4": 3, "nvfp4": 4}
 
@@ -177,6 +180,21 @@ class MoeTable:
 
     cols: dict[str, np.ndarray]
     _curves: dict[tuple[Any, ...], Curve | None] = field(default_factory=dict)
+
+    # pickled without numpy (start-up): columns as (dtype, bytes), arrays rebuilt on first use of `cols`
+    def __getstate__(self) -> dict[str, Any]:
+        cols = self.__dict__.get("cols")
+        raw = self.__dict__.get("_raw") if cols is None else {k: (v.dtype.str, v.tobytes()) for k, v in cols.items()}
+        return {"_raw": raw, "_curves": self._curves}
+
+    def __setstate__(self, st: dict[str, Any]) -> None:
+        self.__dict__.update(st)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "cols" and "_raw" in self.__dict__:
+            self.cols = {k: np.frombuffer(b, dtype=d).copy() for k, (d, b) in self.__dict__["_raw"].items()}
+            return self.cols
+        raise AttributeError(name)
 
     def curve(self, *, dtype: str, hidden: int, inter: int, topk: int, experts: int, tp: int, ep: int,
               power_law: bool = True) -> Curve | None:

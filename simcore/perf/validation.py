@@ -3,7 +3,8 @@
 The measurement-file format (``../shared/data/validation/*.csv``): ``id, model, gpu, precision, tp, ep,
 dp_attention, isl, osl, concurrency, request_rate, num_requests, sglang_version, measured_ttft_ms,
 measured_tpot_ms, measured_throughput_rps``; blanks allowed. Optional columns: ``max_total_tokens`` (the KV pool
-the real server reported), ``warmup_requests`` (total warm-up requests; blank = the protocol's per-client count),
+the real server reported), ``warmup_requests`` (total warm-up requests; blank = the protocol's per-client count for aiperf, none for
+bench_serving, where a number is a barrier of that many copies of the first request, InferenceX's ``--num-warmups``),
 ``length_dist`` (``fixed``, the default: every request has exactly ``isl``/``osl`` tokens; ``sharegpt``: lengths
 drawn from `SHAREGPT_SHAPE_*` scaled to means ``isl``/``osl``; ``exponential``: the same with
 `EXPONENTIAL_SHAPE`), ``unsupported`` (a reason the row cannot be simulated,
@@ -14,7 +15,10 @@ e.g. speculative decoding, written by whoever built the file; the row is then sk
 SGLang's bench_serving random dataset, Poisson at ``request_rate`` or ``inf`` with ``concurrency`` as
 ``--max-concurrency``; ``poisson``: Poisson arrivals with ``length_dist`` lengths, the default with a rate),
 ``random_range_ratio`` and ``seed`` (bench_serving's ``--random-range-ratio``, default 0.0, and ``--seed``,
-default 1).
+default 1), and the measurements a bench_serving printout gives beyond the means (``measured_ttft_p50_ms``: median
+TTFT; ``measured_itl_p50_ms``: median inter-token latency over all token gaps of all requests;
+``measured_output_tokens_per_s``: output tokens / benchmark duration; ``measured_e2e_ms``: mean end-to-end
+latency, used instead of the TTFT + TPOT derivation when given). These are compared only where a row has them.
 
 Benchmark protocol (docs/accuracy.md §3.1 gives the sources): the one aiconfigurator generates for its SGLang
 deployments (``bench_run.sh``: aiperf, chat endpoint, streaming, ``ignore_eos``, zero length spread):
@@ -80,8 +84,12 @@ LOCKSTEP_WARNING = 0.5  # lockstep index at or above which a row is flagged (hal
 COLUMNS = ("id", "model", "gpu", "precision", "tp", "ep", "dp_attention", "isl", "osl", "concurrency",
            "request_rate", "num_requests", "sglang_version", "measured_ttft_ms", "measured_tpot_ms",
            "measured_throughput_rps")
-METRICS = ("ttft", "tpot", "throughput", "e2e")
-_UNITS = {"ttft": "ms", "tpot": "ms", "throughput": "rps", "e2e": "ms"}
+METRICS = ("ttft", "tpot", "throughput", "e2e", "ttft_p50", "itl_p50", "output_tps")
+# the last three: only where a row measures them (bench_serving printouts); summarized only when some row does
+OPTIONAL_METRICS = ("ttft_p50", "itl_p50", "output_tps")
+# measured column of each metric (``measured_<name>``)
+_MEASURED_COLUMN = {"ttft": "ttft_ms", "tpot": "tpot_ms", "throughput": "throughput_rps", "e2e": "e2e_ms",
+                    "ttft_p50": "ttft_p50_ms", "itl_p50": "itl_p50_ms", "output_tps": "output_tokens_per_s"}
 _RID = "req-"
 
 
@@ -171,6 +179,17 @@ def lengths(dist: str, isl: int, osl: int, prompt_overhead_tokens: int = 0) -> t
     raise UserError("length_dist", f"unknown length distribution {dist!r}", f"use one of: {', '.join(LENGTH_DISTS)}")
 
 
+def _measured(r: dict[str, str], rid: str) -> dict[str, float | None]:
+    """The row's measurements: TTFT, TPOT and throughput always (None when blank), the optional ones (measured
+    e2e, median TTFT, median ITL, output tokens/s) only when given."""
+    out = {}
+    for m, c in _MEASURED_COLUMN.items():
+        v = _num(r.get(f"measured_{c}"), float, f"measured_{c}", rid)
+        if v is not None or m in ("ttft", "tpot", "throughput"):
+            out[m] = v
+    return out
+
+
 def rows_from_records(records: Iterable[dict[str, str]], fieldnames: Sequence[str], source: str = "input") -> list[Row]:
     """Parse measurement records (``csv.DictReader`` rows). Missing required columns raise UserError."""
     missing = [c for c in ("id", "model", "gpu", "tp", "isl", "osl") if c not in fieldnames]
@@ -191,8 +210,7 @@ def rows_from_records(records: Iterable[dict[str, str]], fieldnames: Sequence[st
             request_rate=None if rate.lower() in ("", "inf") else _num(rate, float, "request_rate", rid),
             num_requests=_num(r.get("num_requests"), int, "num_requests", rid),
             sglang_version=(r.get("sglang_version") or "").strip() or "0.5.9",
-            measured={m: _num(r.get(f"measured_{m}_{u}"), float, f"measured_{m}_{u}", rid)
-                      for m, u in (("ttft", "ms"), ("tpot", "ms"), ("throughput", "rps"))},
+            measured=_measured(r, rid),
             max_total_tokens=_num(r.get("max_total_tokens"), int, "max_total_tokens", rid),
             warmup_requests=_num(r.get("warmup_requests"), int, "warmup_requests", rid),
             length_dist=_length_dist(r.get("length_dist"), rid),
@@ -229,9 +247,9 @@ class RowResult:
                                "concurrency": r.concurrency, "request_rate": r.request_rate,
                                "deployment": r.deployment, "client": r.client_name()}
         for m in METRICS:
-            unit = _UNITS[m]
-            out[f"predicted_{m}_{unit}"] = self.predicted.get(m)
-            out[f"measured_{m}_{unit}"] = measured_value(r, m)
+            col = _MEASURED_COLUMN[m]
+            out[f"predicted_{col}"] = self.predicted.get(m)
+            out[f"measured_{col}"] = measured_value(r, m)
             out[f"{m}_ape_pct"] = self.ape.get(m)
         out.update(self.extra)
         if self.intervals:
@@ -240,13 +258,25 @@ class RowResult:
 
 
 def measured_value(row: Row, metric: str) -> float | None:
-    """The row's measurement of ``metric``; e2e is derived as TTFT + TPOT × (osl − 1) for fixed lengths."""
-    if metric != "e2e":
+    """The row's measurement of ``metric``; e2e, unless measured, is derived as TTFT + TPOT × (osl − 1) for fixed
+    lengths."""
+    if metric != "e2e" or row.measured.get("e2e") is not None:
         return row.measured.get(metric)
     ttft, tpot = row.measured.get("ttft"), row.measured.get("tpot")
     if ttft is None or tpot is None or row.length_dist != "fixed" or row.osl is None:
         return None
     return ttft + tpot * (row.osl - 1)
+
+
+def weighted_median(values: Sequence[float], weights: Sequence[float] | None = None) -> float:
+    """Median of weighted samples (inverted-CDF rule, as `simcore.results` percentiles); NaN when empty."""
+    if len(values) == 0:
+        return float("nan")
+    v = np.asarray(values, dtype=float)
+    w = np.ones_like(v) if not weights else np.asarray(weights, dtype=float)
+    order = np.argsort(v, kind="stable")
+    cw = np.cumsum(w[order])
+    return float(v[order][min(int(np.searchsorted(cw, 0.5 * cw[-1], side="left")), len(v) - 1)])
 
 
 def ape(predicted: float, measured: float | None) -> float | None:
@@ -265,7 +295,7 @@ def error_summary(results: list[RowResult]) -> dict[str, dict[str, float | int |
             a = np.asarray(errs, dtype=float)
             out[m] = {"mape": float(a.mean()), "median_ape": float(np.median(a)),
                       "p90_ape": float(np.percentile(a, 90)), "n": len(errs)}
-        else:
+        elif m not in OPTIONAL_METRICS:
             out[m] = {"mape": None, "median_ape": None, "p90_ape": None, "n": 0}
     return out
 
@@ -278,7 +308,8 @@ def unsupported_reason(row: Row) -> str | None:
         return f"DP attention (dp_attention={row.dp_attention}) is not modelled"
     if row.isl is None or row.osl is None or row.isl < 1 or row.osl < 1:
         return "isl and osl must be positive"
-    if row.concurrency is None and row.request_rate is None:
+    if row.concurrency is None and row.request_rate is None and row.client_name() != "bench_serving":
+        # (bench_serving at request rate inf sends every prompt at once: an offline run)
         return "neither concurrency nor request_rate given"
     return None
 
@@ -393,8 +424,9 @@ def _workload(row: Row, p: Protocol, seed: int) -> tuple[Any, int, str]:
         # the row's seed is bench_serving's --seed (1 by default); replicas add their offset to it
         wl = BenchServingOpenLoop(rate, n, row.isl, row.osl, range_ratio=ratio, seed=(1 if row.seed is None else row.seed) + seed,
                                   sglang_version=row.sglang_version, max_concurrency=row.concurrency,
-                                  prompt_overhead_tokens=0, rid_prefix=_RID)
-        return wl, 0, client
+                                  prompt_overhead_tokens=0, rid_prefix=_RID,
+                                  warmup_requests=row.warmup_requests or 0)
+        return wl, row.warmup_requests or 0, client
     prompt, output = lengths(p.length_dist or row.length_dist, row.isl, row.osl, p.prompt_overhead_tokens)
     if client == "aiperf" and row.concurrency is not None:
         n = row.num_requests or p.requests_per_client * row.concurrency
@@ -418,6 +450,7 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
     from simcore.models import load_model
     from simcore.perf import ParallelLayout, build_latency_model
     from simcore.settings import ServerSettings, resolve
+    from simcore.speculative import build_speculative
     from simcore.variability import ClientDelays, DelayedWorkload, client_records, with_variability
 
     model = load_model(row.model)
@@ -439,16 +472,26 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
         err = exc.errors()[0]
         raise UserError("server_args", f"row {row.id}: {flags_text}: {err['msg']}") from None
     pool = size_kv_pool(model, gpu, settings, precision)
+    from simcore.perf.profile import default_profile
+
+    profile = (profile if profile is not None else default_profile()).for_version(settings.sglang_version)
     latency = build_latency_model(model, gpu, row.tp, precision, backend=backend, profile=profile,
                                   kv_cache_dtype=settings.kv_cache_dtype,
                                   parallel=ParallelLayout.from_settings(settings, gpu))
     latency = with_variability(latency, p.variability, seed)
+    # speculative decoding (--speculative-* in server_args): the draft priced on the same GPUs, TP, precision
+    speculative = build_speculative(settings, model, latency, lambda m: build_latency_model(
+        m, gpu, row.tp, precision, backend=backend, profile=profile, kv_cache_dtype=settings.kv_cache_dtype,
+        parallel=ParallelLayout.from_settings(settings, gpu)), seed)
+    if speculative is not None:  # it prices the steps: target + draft
+        latency = speculative
     workload, warmup, client = _workload(row, p, seed)
     delays = ClientDelays.from_variability(p.variability, seed)
     if delays is not None:
         workload = DelayedWorkload(workload, delays)
     res = simulate(settings, latency, workload, kv_capacity_tokens=pool.max_total_num_tokens, seed=seed,
-                   max_running_requests=pool.max_running_requests, context_len=pool.context_len)
+                   max_running_requests=pool.max_running_requests, context_len=pool.context_len,
+                   speculative=speculative)
     recs = res.records if delays is None else client_records(res.records, workload.offsets)
     # requests are numbered in sending order, so the warm-up ones are the first `warmup`
     recs = [r for r in recs if not r.aborted and int(r.rid[len(_RID):]) >= warmup]
@@ -458,16 +501,21 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
     span = max(r.finish_s for r in recs) - min(r.arrival_s for r in recs)
     tpots = [r.tpot_s for r in recs if r.tpot_s is not None]
     ttfts_ms = np.asarray([r.ttft_s for r in recs]) * 1e3
+    p10, p50, p90 = (float(x) for x in np.percentile(ttfts_ms, [10, 50, 90]))
+    out_tps = sum(r.output_len for r in recs) / span if span > 0 else float("nan")
     pred = {
         "ttft": float(ttfts_ms.mean()),
         "tpot": float(np.mean(tpots)) * 1e3 if tpots else float("nan"),
         "throughput": len(recs) / span if span > 0 else float("nan"),
         "e2e": float(np.mean([r.e2e_s for r in recs])) * 1e3,
+        "ttft_p50": p50,
+        # every token gap of every request (warm-up included: only open-loop rows measure it, and they have none)
+        "itl_p50": weighted_median(res.itl_values_s, res.itl_weights) * 1e3,
+        "output_tps": out_tps,
     }
-    p10, p50, p90 = (float(x) for x in np.percentile(ttfts_ms, [10, 50, 90]))
     extra: dict[str, Any] = {
         "predicted_ttft_p10_ms": p10, "predicted_ttft_p50_ms": p50, "predicted_ttft_p90_ms": p90,
-        "predicted_output_tokens_per_s": sum(r.output_len for r in recs) / span if span > 0 else float("nan"),
+        "predicted_output_tokens_per_s": out_tps,
         "lockstep_index": None, "warnings": [], "client": client,
         "deployment": f"as deployed: {flags_text}" if flags_text else (
             "SGLang defaults (server_args ignored)" if row.server_args else "SGLang defaults (no server_args)"),
@@ -489,7 +537,7 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
 def _interval_of(results: list[RowResult]) -> dict[str, Any]:
     from simcore.variability import replica_intervals
 
-    figures = [dict({f"predicted_{m}_{_UNITS[m]}": r.predicted.get(m) for m in METRICS},
+    figures = [dict({f"predicted_{_MEASURED_COLUMN[m]}": r.predicted.get(m) for m in METRICS},
                     **{k: v for k, v in r.extra.items() if isinstance(v, (int, float))}) for r in results]
     return replica_intervals(figures)
 

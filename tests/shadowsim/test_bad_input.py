@@ -57,8 +57,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("predict-model-error-missing", [*PRED, "--model-error", "{missing}"], "RESULT"),
     # predict: unknown names
     ("predict-model", ["predict", "--model", "no/such-model", "--gpu", "h100", "--concurrency", "1"], "model"),
-    ("predict-model-not-modelled", ["predict", "--model", "openai/gpt-oss-120b", "--gpu", "h100",
-                                    "--concurrency", "1"], "sliding-window"),
+    ("predict-model-not-modelled", ["predict", "--model", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--gpu", "h100",
+                                    "--concurrency", "1"], "linear attention"),
     ("predict-gpu", ["predict", "--model", "Qwen/Qwen3-8B", "--gpu", "tpu9", "--concurrency", "1"], "gpu"),
     ("predict-precision", [*PRED, "--precision", "fp3"], "precision"),
     ("predict-policy", [*PRED, "--schedule-policy", "fastest"], "schedule-policy"),
@@ -107,7 +107,7 @@ NUMERIC: list[tuple[str, list[str], str]] = []
 for flag in ("--tp", "--concurrency", "--num-requests", "--input-len", "--output-len", "--max-prefill-tokens",
              "--max-running-requests", "--max-total-tokens", "--page-size", "--context-length",
              "--cuda-graph-max-bs", "--replicas", "--slo-ttft-ms", "--slo-tpot-ms", "--mem-fraction-static",
-             "--random-range-ratio", "--until", "--prefill-max-requests"):
+             "--random-range-ratio", "--until", "--prefill-max-requests", "--swa-full-tokens-ratio"):
     for value in ("0", "-3"):
         NUMERIC.append((f"predict{flag}={value}", [*PRED, f"{flag}={value}"], flag.lstrip("-").split("-")[0]))
 for flag in ("--time-scale", "--trace-limit"):

@@ -82,8 +82,14 @@ def test_catalogue_commands(capsys: pytest.CaptureFixture[str]) -> None:
     for want in ("meta-llama/Llama-3.3-70B-Instruct", "meta-llama/Meta-Llama-3.1-405B", "Qwen/Qwen3-0.6B",
                  "Qwen/Qwen3-32B", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-235B-A22B",
                  "Qwen/Qwen3-Coder-480B-A35B-Instruct", "Qwen/Qwen3-Coder-30B-A3B-Instruct", "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1",
-                 "mistralai/Mixtral-8x7B-v0.1", "mistralai/Mistral-7B-Instruct-v0.3"):
+                 "mistralai/Mixtral-8x7B-v0.1", "mistralai/Mistral-7B-Instruct-v0.3",
+                 "deepseek-ai/DeepSeek-V3.1", "deepseek-ai/DeepSeek-V3.2", "openai/gpt-oss-20b", "openai/gpt-oss-120b",
+                 "google/gemma-3-1b-it", "google/gemma-3-4b-it", "google/gemma-3-12b-it", "google/gemma-3-27b-it",
+                 "zai-org/GLM-4.5", "zai-org/GLM-4.5-Air"):
         assert want in ids, want
+    oss = next(m for m in models if m["id"] == "openai/gpt-oss-120b")
+    # config.json layer_types: 18 of 36 layers sliding_attention with sliding_window 128; MXFP4 experts
+    assert (oss["sliding_window_layers"], oss["sliding_window_tokens"], oss["precision"]) == (18, 128, "mxfp4")
     l70 = next(m for m in models if m["id"] == "meta-llama/Llama-3.3-70B-Instruct")
     # public config.json: 80 layers, 8 KV heads of 128 -> 2 x 80 x 8 x 128 x 2 bytes per token in bf16
     assert (l70["num_layers"], l70["attention"], l70["kv_bytes_per_token"]) == (80, "GQA", 327_680)
@@ -99,7 +105,7 @@ def test_catalogue_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert h100["memory_gib"] == pytest.approx(79.6, abs=0.5) and h100["peak_tflops"]["bf16"] > 900
     every, _ = _json(capsys, "models", "--all")
     gap = {m["id"]: m["not_modelled"] for m in every if "not_modelled" in m}
-    assert "sliding-window" in gap["openai/gpt-oss-20b"] and len(every) == len(models) + len(gap)
+    assert "linear attention" in gap["qwen/qwen3-next-80b-a3b-instruct"] and len(every) == len(models) + len(gap)
     assert main(["models", "--filter", "qwen3-vl"]) == 0
     out = capsys.readouterr().out
     assert "Qwen/Qwen3-VL-8B-Instruct" in out and "Llama" not in out

@@ -75,11 +75,11 @@ def test_sweep_report_renders_every_plot(tmp_path: Path, capsys: pytest.CaptureF
                  "--input-len", "512", "--output-len", "64", "--slo-ttft-ms", "100", "--slo-tpot-ms", "15",
                  "--replicas", "2", "-j", "1", "--quiet", "--report", str(out), "--json"]) == 0
     (tmp_path / "s.json").write_text(capsys.readouterr().out)
-    _check_figures(out, tmp_path, {"throughput-latency", "pareto", "slo-heatmap", "memory"})
+    _check_figures(out, tmp_path, {"latency-percentiles", "throughput-latency", "pareto", "slo-heatmap", "memory"})
     again = tmp_path / "again.html"  # the same report from the saved --json
     assert main(["report", str(tmp_path / "s.json"), "--out", str(again)]) == 0
     capsys.readouterr()
-    _check_figures(again, tmp_path, {"throughput-latency", "pareto", "slo-heatmap", "memory"})
+    _check_figures(again, tmp_path, {"latency-percentiles", "throughput-latency", "pareto", "slo-heatmap", "memory"})
     text = out.read_text()
     assert "SLO attainment" in text and "TTFT &lt;= 100 ms and TPOT &lt;= 15 ms" in text  # the cover
     assert text.count("<tr>") >= 5  # the point table
@@ -98,9 +98,15 @@ def test_validate_and_predict_reports_and_report_from_json(tmp_path: Path, share
     csv = tmp_path / "m.csv"
     csv.write_text("\n".join(rows[:4]) + "\n")
     v = tmp_path / "v.html"
-    assert main(["validate", str(csv), "-q", "--report", str(v), "--json"]) == 0
+    assert main(["validate", str(csv), "-q", "--report", str(v), "--json", "--variability", "measured",
+                 "--replicas", "3"]) == 0
     (tmp_path / "v.json").write_text(capsys.readouterr().out)
-    _check_figures(v, tmp_path, {"scatter", "error-histogram"})
+    # --replicas 3: every row carries its p5-p95 intervals, drawn as error bars per row
+    vrows = json.loads((tmp_path / "v.json").read_text())["rows"]
+    assert all(r["intervals"]["predicted_ttft_ms"]["p95"] >= r["intervals"]["predicted_ttft_ms"]["p5"] for r in vrows)
+    assert any(r["intervals"]["predicted_ttft_ms"]["p95"] > r["intervals"]["predicted_ttft_ms"]["p5"] for r in vrows)
+    _check_figures(v, tmp_path, {"scatter", "error-histogram", "row-intervals"})
+    assert "red bars: p5-p95 over the replicas" in v.read_text()
     p = tmp_path / "p.html"
     assert main(["predict", *MODEL, "--gpu", "h100_sxm", "--concurrency", "8", "--num-requests", "32",
                  "--slo-ttft-ms", "200", "--replicas", "3", "--random-range-ratio", "0.5", "--quiet",

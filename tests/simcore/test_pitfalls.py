@@ -77,12 +77,12 @@ def test_5_new_token_ratio_and_ignore_eos_reservation() -> None:
 
 
 def test_6_unlimited_max_new_tokens_is_clipped_to_context_then_4096() -> None:
-    chat = Req(RequestSpec("c", 0.0, 1000, 50, None), max_req_len=131_071, clk=[0])
+    chat = Req(RequestSpec("c", 0.0, 1000, 50, None), max_req_len=131_071, launch_counter=[0])
     assert chat.max_new == 131_071 - 1000 - 1
     adder = PrefillAdder(ServerSettings(chunked_prefill_size=8192), lambda: 10**9, lambda n: None,
                          lambda n: None, 0.0, 0.7)
     assert adder.reserve_of(chat) == 4096
-    completion = Req(RequestSpec("d", 0.0, 1000, 16, 16), max_req_len=131_071, clk=[0])
+    completion = Req(RequestSpec("d", 0.0, 1000, 16, 16), max_req_len=131_071, launch_counter=[0])
     assert adder.reserve_of(completion) == 16
 
 

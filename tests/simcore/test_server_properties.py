@@ -92,7 +92,7 @@ def test_pool_never_overcommitted_and_tokens_accounted(raw: list, cfg: dict) -> 
         if cfg["disable_overlap_schedule"]:
             # every output token after the first comes from exactly one decode row
             assert sum(st.shape.num_decode for st in res.steps) == sum(x.output_len - 1 for x in recs.values())
-    assert not srv.R and not srv.F and not srv.waiting and srv.chunked is None
+    assert not srv.decoding and not srv.awaiting_result and not srv.waiting and srv.chunked is None
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,11 +1,14 @@
 """Independent check: `shadowsim validate validation/gpustack_sglang.csv` (GPUStack's SGLang runs, other models/GPUs).
 
 The file is GPUStack's published SGLang benchmarks (vllm bench serve, ShareGPT, 1000-prompt bursts or 4 clients),
-built by validation/build_gpustack.py. Of its 51 runs, 13 can be simulated (DeepSeek-R1 H200 TP8, Qwen3-235B-A22B
-A100/H100 TP8, Qwen3-32B bf16 A100/H100 and fp8 H100 TP1, Qwen3-14B A100/H100, Qwen3-8B bf16/fp8 H100); the other 38 are skipped with
-their reason. No accuracy threshold is asserted: the errors are reported in docs/accuracy.md §3.5. What is
-asserted: the file is the build script's output, every row completes, the errors are finite and within a loose
-sanity bound (prediction within 5× of the measurement either way).
+built by validation/build_gpustack.py. Of its 51 runs, 25 can be simulated (DeepSeek-R1 and DeepSeek-V3.2 H200 TP8, the latter also with MTP,
+GLM-4.5-Air A100/H100 TP4, gpt-oss-20b/120b A100/H100 TP1, Qwen3-235B-A22B A100/H100 TP8, Qwen3-32B bf16 A100/H100
+and fp8 H100 TP1, Qwen3-14B A100/H100, Qwen3-8B bf16/fp8 H100, and fp8 with EAGLE3); the other 26 are skipped
+with their reason. No
+accuracy threshold is asserted: the errors are reported in docs/accuracy.md §3.5. What is asserted: the file is
+the build script's output, every row completes, the errors are finite and within a loose sanity bound
+(prediction within 5× of the measurement either way) except for the gpt-oss and DeepSeek-V3.2 rows, whose
+measurements contradict the physics of the same page set (asserted below) and are reported, not bounded.
 """
 from __future__ import annotations
 
@@ -56,27 +59,67 @@ def test_shape_constants_come_from_the_sharegpt_stream(repo_dir, shared_dir) -> 
     assert ins == SHAREGPT_SHAPE_INPUT and outs == SHAREGPT_SHAPE_OUTPUT
 
 
-def test_thirteen_rows_simulate_and_the_rest_are_skipped_with_reasons(result) -> None:
-    assert len(result["rows"]) == 13 and len(result["skipped"]) == 38
+def test_twenty_five_rows_simulate_and_the_rest_are_skipped_with_reasons(result) -> None:
+    assert len(result["rows"]) == 25 and len(result["skipped"]) == 26
     kinds = Counter(s["reason"].split(" (")[0].split("'")[0] for s in result["skipped"])
-    # GLM-4.5-Air/4.6, gpt-oss, DeepSeek-V3.2: unknown, or known not to be modelled (with the reason); 6 of them
-    # run expert parallelism, which is simulated once the model is (simcore/perf/moe_parallel.py), and
-    # DeepSeek-V3.2's EP run is also a DP-attention run
-    assert sum(n for k, n in kinds.items() if k.startswith("--model:")) == 20
-    assert sum(1 for s in result["skipped"] if "sliding-window" in s["reason"]) >= 1
+    # GLM-4.6 and GLM-4.5-Air-FP8 are not in the catalogue; GLM-4.5-Air in bf16 (213 GB of weights) cannot fit
+    # two 80 GB H100s, so its TP2 runs are refused with the memory error
+    assert sum(n for k, n in kinds.items() if k.startswith("--model:")) == 8
+    assert all("GLM-4.6" in s["reason"] or "GLM-4.5-Air-FP8" in s["reason"]
+               for s in result["skipped"] if s["reason"].startswith("--model:"))
+    assert kinds["mem_fraction_static: no memory left for the KV cache"] == 2
     assert kinds["expert parallelism"] == 0 and kinds["DP attention"] == 7
-    assert kinds["speculative decoding is not modelled"] == 4
+    # speculative decoding is simulated (simcore/speculative.py): of the 4 runs with it, EAGLE3 on Qwen3-8B and
+    # MTP on DeepSeek-V3.2 run; the other two are skipped for torch.compile
+    assert kinds["speculative decoding is not modelled"] == 0 and kinds["torch.compile is not modelled"] == 3
+    assert {r["id"] for r in result["rows"]} >= {"qwen3-8b-h100-latency_5-speculative-decoding", "deepseek-v3-2-h200_mtp"}
+    eagle3 = next(r for r in result["rows"] if r["id"] == "qwen3-8b-h100-latency_5-speculative-decoding")
+    plain = next(r for r in result["rows"] if r["id"] == "qwen3-8b-h100-latency_3-quantization")
+    # the same FP8 server without speculation decodes slower: measured 5.65 vs 4.07 ms TPOT, and so predicted
+    # (4.95 vs 4.19 ms with the default acceptance, 0.7 per draft token; docs/accuracy.md §3.12)
+    assert eagle3["predicted_tpot_ms"] < 0.9 * plain["predicted_tpot_ms"]
     assert {r["gpu"] for r in result["rows"]} == {"h100_sxm", "h200_sxm", "a100_sxm"}
+
+
+# Rows whose measurements the sanity bound does not apply to (test_unbounded_rows_contradict_the_physics)
+UNBOUNDED_MODELS = ("openai/gpt-oss-20b", "openai/gpt-oss-120b", "deepseek-ai/DeepSeek-V3.2")
 
 
 def test_errors_are_finite_and_within_a_sanity_bound(result) -> None:
     for m in ("ttft", "tpot", "throughput"):
-        assert result["summary"][m]["n"] == 13
+        assert result["summary"][m]["n"] == 25
         assert math.isfinite(result["summary"][m]["mape"])
     for r in result["rows"]:
+        if r["model"] in UNBOUNDED_MODELS:
+            continue
         for m, unit in (("ttft", "ms"), ("tpot", "ms"), ("throughput", "rps")):
             ratio = r[f"predicted_{m}_{unit}"] / r[f"measured_{m}_{unit}"]
             assert 0.2 < ratio < 5.0, (r["id"], m, ratio)
+
+
+def test_unbounded_rows_contradict_the_physics(result) -> None:
+    """Why the gpt-oss and DeepSeek-V3.2 rows are reported but not bounded: on the same GPU, SGLang and benchmark,
+    gpt-oss-20b decodes 5-8x slower per token than gpt-oss-120b, which reads 6x more expert bytes in a large
+    decode step (36 layers x 128 experts against 24 x 32, all of the same 3 x 2880 x 2880 shape), and DeepSeek-V3.2 decodes
+    2.6x slower than DeepSeek-R1 at prompts of ~220 tokens, where its sparse attention (top-2048) selects every
+    token and does the same work as R1's MLA. The simulator prices the physics, so the ratios to these
+    measurements say more about the runs than about the model (docs/accuracy.md §3.5)."""
+    meas = {r["id"]: r["measured_tpot_ms"] for r in result["rows"]}
+    for gpu in ("a100", "h100"):
+        assert meas[f"gpt-oss-20b-{gpu}_1-choosing-the-inference-engine"] > \
+            5 * meas[f"gpt-oss-120b-{gpu}_1-choosing-the-inference-engine"]
+    assert meas["deepseek-v3-2-h200_1-baseline-of-the-inference-engine"] > \
+        2.5 * meas["deepseek-r1-h200_1-choosing-the-inference-engine"]
+    # and the simulator keeps the physical order: the larger model is the slower one per decode step at equal
+    # batch (checked on the step model directly, not on these burst runs whose batches differ)
+    from simcore.gpus import load_gpu
+    from simcore.models import load_model
+    from simcore.perf import BatchShape, build_latency_model
+
+    shape = BatchShape(num_decode=256, decode_sum_kv=256 * 400, cuda_graph_bs=256)
+    step = {m: build_latency_model(load_model(f"openai/{m}"), load_gpu("h100_sxm"), 1, "mxfp4").step_time(shape).gpu_s
+            for m in ("gpt-oss-20b", "gpt-oss-120b")}
+    assert step["gpt-oss-120b"] > 2 * step["gpt-oss-20b"]
 
 
 def test_every_burst_request_is_measured(result) -> None:
