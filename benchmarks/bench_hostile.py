@@ -135,18 +135,27 @@ def hostile(n: int, tmp: Path) -> dict[str, Any]:
     _service_run(cfg, iter(clean), tmp / "ref.jsonl")
     want = read_predictions(tmp / "ref.jsonl")
     cfg = sc.shadow.model_copy(update={"snapshot": SnapshotConfig(dir=tmp / "mix")})
-    t = time.process_time()
-    svc = _service_run(cfg, _mixed(clean, iter_hostile(n, 1, healthy), n), tmp / "mix.jsonl")
-    cpu = time.process_time() - t
+    kinds: dict[str, int] = {}
+
+    def counted() -> Iterator[tuple[bytes | None, bytes, str]]:
+        for rec in iter_hostile(n, 1, healthy):
+            kinds[rec[2]] = kinds.get(rec[2], 0) + 1
+            yield rec
+
+    t, w = time.process_time(), time.monotonic()
+    svc = _service_run(cfg, _mixed(clean, counted(), n), tmp / "mix.jsonl")
+    cpu, wall = time.process_time() - t, time.monotonic() - w
     got = _healthy_predictions(tmp / "mix.jsonl", healthy)
     dead = svc.dead_letters()
     total = svc.records_processed
     counted = svc.counters["records_applied"] + svc.records_skipped() + sum(dead.values())
     return {"records": total, "hostile_records": n, "applied": svc.counters["records_applied"],
             "skipped": svc.records_skipped(), "dead_lettered": sum(dead.values()), "silent": total - counted,
-            "reasons": dead, "twins": len(svc.twins), "twin_rebuilds": svc.counters["twin_rebuilds"],
+            "reasons": dead, "hostile_kinds": dict(sorted(kinds.items())), "twins": len(svc.twins),
+            "twin_rebuilds": svc.counters["twin_rebuilds"], "twin_resets": svc.counters["twin_resets"],
             "healthy_predictions_equal": got == want, "healthy_predictions": len(want),
-            "cpu_us_per_record": cpu / total * 1e6}
+            "cpu_us_per_record": cpu / total * 1e6, "cpu_s": cpu, "wall_s": wall,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def kafka(m: int, tmp: Path) -> dict[str, Any]:

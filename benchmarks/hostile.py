@@ -76,7 +76,7 @@ def _mutate(rng: random.Random, line: bytes) -> bytes:
         elif op == 2:
             b[i:i] = rng.choice([b"9" * rng.randrange(1, 40), b"nan", b"-1", b"inf", b"\x00", b"\xff\xfe", b", ,"])
         else:
-            b[i:i] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 10)))
+            b[i:i] = rng.randbytes(rng.randrange(1, 10))
     return bytes(b)
 
 
@@ -107,7 +107,7 @@ def iter_hostile(n: int, seed: int, healthy: Sequence[str], *, huge_bytes: int =
             kind = rng.choice([k for k in KINDS if k != "huge_line"])
         some = rng.choice(list(healthy) + [victim, f"fake-{rng.randrange(10**9)}"])
         if kind == "random_bytes":
-            rec = (f"fake-{rng.randrange(10**9)}".encode(), bytes(rng.randrange(256) for _ in range(rng.randrange(1, 600))))
+            rec = (f"fake-{rng.randrange(10**9)}".encode(), rng.randbytes(rng.randrange(1, 600)))
         elif kind == "mutated_line":
             rec = (victim.encode(), _mutate(rng, rng.choice(lines)))
         elif kind == "truncated_json":

@@ -50,6 +50,63 @@ _GAUGES = (("queue", "queue_requests", "waiting requests"),
 _RECOVERY_KINDS = ("twin_rebuilds", "twin_resets", "snapshot_fallbacks", "offset_resets")
 
 
+#: one unit of an instance's series for the budget: (number of samples, the call that adds them to their family)
+_Unit = tuple[int, Callable[[], None]]
+
+
+class _InstanceFamilies:
+    """The per-instance metric families of one scrape, and the series one instance view adds to them, as units
+    the series budget takes or leaves whole (a histogram is never cut between its buckets)."""
+
+    def __init__(self, build: Any, up: Any, lat: dict[str, Any], ape: Any, mape: Any, thr: Any, drift: Any, fac: Any,
+                 base: Any, counters: dict[str, Any], gauges: dict[str, Any], processed: Any, late: Any, lag: Any,
+                 last: Any, expired: Any) -> None:
+        self.build, self.up, self.lat, self.ape, self.mape, self.thr = build, up, lat, ape, mape, thr
+        self.drift, self.fac, self.base, self.counters, self.gauges = drift, fac, base, counters, gauges
+        self.processed, self.late, self.lag, self.last, self.expired = processed, late, lag, last, expired
+
+    @staticmethod
+    def _one(fam: Any, labels: list[str], value: float) -> _Unit:
+        return 1, lambda: fam.add_metric(labels, value)
+
+    def small(self, v: Any) -> list[_Unit]:
+        lv = [v.instance, v.model]
+        units = [self._one(self.up, lv, 1.0),
+                 self._one(self.build, [v.version, v.model, v.instance, v.latency_model, v.calibration_hash,
+                                        "true" if v.emulated else "false"], 1.0),
+                 self._one(self.processed, [v.instance], float(v.events_processed)),
+                 self._one(self.late, [v.instance], float(v.events_late)),
+                 self._one(self.expired, [v.instance], float(v.requests_expired))]
+        if v.shadow_lag_s is not None:
+            units.append(self._one(self.lag, [v.instance], v.shadow_lag_s))
+        if v.last_event_wall_ts is not None:
+            units.append(self._one(self.last, [v.instance], v.last_event_wall_ts))
+        for c, fam in self.counters.items():
+            units += [self._one(fam, [*lv, src], float(n)) for src, n in v.counters[c].items()]
+        for k, fam in self.gauges.items():
+            units += [self._one(fam, [*lv, src], x) for src, x in v.gauges.get(k, {}).items()]
+        units += [self._one(self.drift, [*lv, kind], 1.0 if on else 0.0) for kind, on in v.drift.items()]
+        for mode, by_metric in v.mape.items():
+            # No finished request in the window: no error to report. Absent, not 0 (0 reads as perfect).
+            units += [self._one(self.mape, [*lv, m, mode], x) for m, x in by_metric.items()
+                      if v.window_counts.get(mode, {}).get(m, 0) > 0]
+        units += [self._one(self.thr, [*lv, m], x) for m, x in v.thresholds.items()]
+        for c, x in v.factors.items():
+            units += [self._one(self.fac, [*lv, c], x), self._one(self.base, [*lv, c], v.factor_baseline.get(c, 1.0))]
+        return units
+
+    @staticmethod
+    def _hist(fam: Any, labels: list[str], h: Any) -> _Unit:
+        buckets = h.cumulative()
+        return len(buckets) + 2, lambda: fam.add_metric(labels, buckets=buckets, sum_value=h.total)  # + _sum, _count
+
+    def histograms(self, v: Any) -> list[_Unit]:
+        lv = [v.instance, v.model]
+        units = [self._hist(fam, [*lv, src], h) for m, fam in self.lat.items() for src, h in v.latency[m].items()]
+        units += [self._hist(self.ape, [*lv, m, mode], h) for m, by_mode in v.ape.items() for mode, h in by_mode.items()]
+        return units
+
+
 class ShadowCollector(Collector):
     """Collector over ``view_fn()`` (called once per scrape)."""
 
@@ -99,42 +156,28 @@ class ShadowCollector(Collector):
         for kind in _RECOVERY_KINDS:
             recoveries.add_metric([kind], float(view.service_counters.get(kind, 0)))
         service = [skipped, recoveries]
+        fams = _InstanceFamilies(build, up, lat, ape, mape, thr, drift, fac, base, counters, gauges, processed,
+                                 late, lag, last, expired)
+        dropped = GaugeMetricFamily(P + "series_dropped", "series of this SGLang instance left out of this "
+                                    "exposition by the series budget (limits.max_series_per_instance)",
+                                    labels=[INSTANCE_LABEL])
+        budget = view.max_series_per_instance
+        groups: dict[str, list[Any]] = {}
         for v in view.instances:
-            lv = [v.instance, v.model]
-            build.add_metric([v.version, v.model, v.instance, v.latency_model, v.calibration_hash,
-                              "true" if v.emulated else "false"], 1.0)
-            up.add_metric(lv, 1.0)
-            for m, fam in lat.items():
-                for src, h in v.latency[m].items():
-                    fam.add_metric([*lv, src], buckets=h.cumulative(), sum_value=h.total)
-            for m, by_mode in v.ape.items():
-                for mode, h in by_mode.items():
-                    ape.add_metric([*lv, m, mode], buckets=h.cumulative(), sum_value=h.total)
-            for mode, by_metric in v.mape.items():
-                for m, x in by_metric.items():
-                    # No finished request in the window: no error to report. Absent, not 0 (0 reads as perfect).
-                    if v.window_counts.get(mode, {}).get(m, 0) > 0:
-                        mape.add_metric([*lv, m, mode], x)
-            for m, x in v.thresholds.items():
-                thr.add_metric([*lv, m], x)
-            for kind, on in v.drift.items():
-                drift.add_metric([*lv, kind], 1.0 if on else 0.0)
-            for c, x in v.factors.items():
-                fac.add_metric([*lv, c], x)
-                base.add_metric([*lv, c], v.factor_baseline.get(c, 1.0))
-            for c, fam in counters.items():
-                for src, n in v.counters[c].items():
-                    fam.add_metric([*lv, src], float(n))
-            for k, fam in gauges.items():
-                for src, x in v.gauges.get(k, {}).items():
-                    fam.add_metric([*lv, src], x)
-            processed.add_metric([v.instance], float(v.events_processed))
-            expired.add_metric([v.instance], float(v.requests_expired))
-            late.add_metric([v.instance], float(v.events_late))
-            if v.shadow_lag_s is not None:
-                lag.add_metric([v.instance], v.shadow_lag_s)
-            if v.last_event_wall_ts is not None:
-                last.add_metric([v.instance], v.last_event_wall_ts)
+            groups.setdefault(v.series_group or v.instance, []).append(v)
+        for group, views in groups.items():
+            # every twin's small series first (counters, gauges, verdicts), then the histograms, each unit whole:
+            # a budget too small for all of them leaves out histograms of the last twins before anything else
+            units = [u for v in views for u in fams.small(v)] + [u for v in views for u in fams.histograms(v)]
+            used = left_out = 0
+            for cost, add in units:
+                if budget is None or used + cost <= budget:
+                    add()
+                    used += cost
+                else:
+                    left_out += cost
+            dropped.add_metric([group], float(left_out))  # 0 is a fact here (nothing left out), not "no data"
+        service.append(dropped)
         for reason, n in sorted(view.dead_letters.items()):
             dead.add_metric([reason], float(n))
         yield build

@@ -51,6 +51,9 @@ class InstanceView:
     simulated_ts: float | None
     alerts: list[dict[str, Any]]
     requests_expired: int = 0  # forgotten unjoined after max_wait_s + pending_expiry_margin_s
+    #: the SGLang instance whose series budget this twin's series count against (its DP ranks' twins share it);
+    #: empty: ``instance`` itself
+    series_group: str = ""
 
 
 @dataclass(frozen=True)
@@ -62,3 +65,5 @@ class ShadowView:
     records_skipped: int = 0  # records with nothing of SGLang's in them
     #: twin_rebuilds, twin_resets, snapshot_fallbacks, offset_resets (shadowsim.shadow.service.ShadowService.counters)
     service_counters: dict[str, int] = field(default_factory=dict)
+    #: at most this many series per SGLang instance (``series_group``) in one exposition; None: no budget
+    max_series_per_instance: int | None = None

@@ -73,6 +73,7 @@ def snapshot(srv: "Server") -> dict[str, Any]:
         "ratio": srv.ratio.current, "seq": srv.seq, "bid": srv.bid, "steps": srv.steps,
         "num_retractions": srv.num_retractions, "num_preemptions": srv.num_preemptions,
         "refresh_calls": srv.refresh_calls, "kv_peak_used": srv.kv_peak_used,
+        "recv_counter": srv.recv_counter, "last_kind": srv.last_kind,
         "last_decode_apply": srv.last_decode_apply, "last_decode_apply_g": srv.last_decode_apply_g,
         "emit_floor": srv.emit_floor, "out_free": srv.out_free, "tok_free": srv.tok_free,
         "itl_vals": list(srv.itl_vals), "itl_w": list(srv.itl_w),
@@ -86,6 +87,7 @@ def snapshot(srv: "Server") -> dict[str, Any]:
         "inflight": batch_to_state(srv.inflight), "due": batch_to_state(srv.due),
         "kv": srv.kv.to_state(),
         "rng": srv.rng.bit_generator.state,
+        "speculative": srv.spec.to_state() if srv.spec is not None else None,  # its draws and counters
         "deferred": [[t, rec.to_dict()] for t, rec in srv.deferred],
     }
 
@@ -95,6 +97,14 @@ def restore(cls: type["Server"], env: simpy.Environment, snap: dict[str, Any], s
     the snapshot's ``now``). Finish events are new: find them in ``server.events`` by rid."""
     snap = upgrade_snapshot(snap)
     kvs = snap["kv"]
+    # The KV accounting of a snapshot is in its own page size and radix mode: restored under other settings, every
+    # later page rounding (Server._ceil, _decode_need) would disagree with what the requests hold, and the pool's
+    # private count runs negative steps later (free_tokens(34) with -127 private tokens allocated)
+    for name, held, asked in (("page_size", kvs["page_size"], settings.page_size),
+                              ("disable_radix_cache", kvs["disable_radix"], settings.disable_radix_cache)):
+        if held != asked:
+            raise ValueError(f"snapshot taken with {name}={held!r} cannot be restored with {name}={asked!r}: restore "
+                             "with the settings the snapshot was taken with")
     import numpy as np  # start-up: only a restore needs the generator's class
     rng = np.random.default_rng()
     rng.bit_generator.state = snap["rng"]
@@ -127,7 +137,11 @@ def restore(cls: type["Server"], env: simpy.Environment, snap: dict[str, Any], s
     srv.tok_free = snap.get("tok_free", srv.tok_free)
     srv.num_preemptions = snap.get("num_preemptions", 0)  # priority preemption, waiting-prefix refresh
     srv.refresh_calls = snap.get("refresh_calls", 0)      # (absent in older snapshots)
+    srv.recv_counter = snap.get("recv_counter", 0)        # --scheduler-recv-interval's poll counter
+    srv.last_kind = snap.get("last_kind")
     srv.ratio.current = snap["ratio"]
+    if srv.spec is not None and snap.get("speculative") is not None:
+        srv.spec.load_state(snap["speculative"])
     srv.itl_vals, srv.itl_w = list(snap["itl_vals"]), list(snap["itl_w"])
     for t, d in snap.get("deferred", []):
         rec = RequestRecord(**d)

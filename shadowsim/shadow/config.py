@@ -127,6 +127,9 @@ class LimitsConfig(_Frozen):
                            "shadow.yaml does not name are dead-lettered (twin_cap)")
     max_dead_letter_bytes: int = Field(900_000, ge=1024, description="a dead letter's value is cut to this many "
                                        "bytes (header truncated_from_bytes); below the broker's message limit")
+    max_series_per_instance: int = Field(3000, ge=50, description="series one SGLang instance (all its DP ranks' "
+                                         "twins together) may export on /metrics; the rest are left out and "
+                                         "counted (shadowsim_series_dropped); a twin exports about 270")
     offset_reset: Literal["earliest", "latest", "fail"] = Field(
         "earliest", description="where to resume when a snapshot's offset is outside its partition")
 

@@ -102,6 +102,9 @@ class ShadowService:
         self._journal: dict[str, list[Any]] = {}
         self._held: set[str] = set()  # twins whose simulation run waits for the end of the poll batch
         self._drained: dict[str, set[str]] = {}  # request ids each twin wrote to the sink since its checkpoint
+        # twins restarted from their checkpoint after their simulation failed, with no checkpoint since: failing
+        # again, the checkpoint itself is suspect and the twin starts empty (no loop of rebuilds on every batch)
+        self._restarted: set[str] = set()
         # one twin per DP rank of a data-parallel server (shadowsim/shadow/ranks.py)
         self.ranks = RankRouter(lambda iid: int(config.instance(iid).settings.get("dp_size", 1) or 1))
         self.lock = threading.RLock()  # held while state changes; the exporter takes it to read a consistent view
@@ -390,17 +393,21 @@ class ShadowService:
         ps = self.partitions.get(tp) if tp is not None else None
         old = self.twins[iid]
         twin = self._new_twin(iid)
+        again = iid in self._restarted
+        base = None
         try:
-            base = self.store.load_twin(tp[0], tp[1], iid) if ps is not None and tp is not None and iid in ps.saved \
-                else None
+            if not again and ps is not None and tp is not None and iid in ps.saved:
+                base = self.store.load_twin(tp[0], tp[1], iid)
             if base is not None:
                 twin.restore(base)
         except Exception:  # noqa: BLE001
-            twin = self._new_twin(iid)
+            twin, base = self._new_twin(iid), None
         self.counters["twin_resets"] += 1
-        log.error("twin %s: the simulation failed (%s: %s); the twin restarts from its last checkpoint, without the "
-                  "%d events since", iid, type(exc).__name__, " ".join(str(exc).split())[:300],
-                  len(self._journal.get(iid, [])))
+        self._restarted.add(iid)
+        how = ("its last checkpoint" if base is not None else
+               "empty (it failed again after a restart from its checkpoint)" if again else "empty")
+        log.error("twin %s: the simulation failed (%s: %s); the twin restarts from %s, without the %d events since",
+                  iid, type(exc).__name__, " ".join(str(exc).split())[:300], how, len(self._journal.get(iid, [])))
         twin.out = old.out
         self._journal[iid] = []
         self.twins[iid] = twin
@@ -495,6 +502,7 @@ class ShadowService:
             for iid in live:
                 self._journal[iid] = []
                 self._drained.pop(iid, None)
+                self._restarted.discard(iid)
             ps.since_checkpoint = 0
             offsets[tp] = ps.next_offset
         # 3. commit: only now may the group forget the records (a failed commit is harmless: the snapshot wins)

@@ -53,6 +53,10 @@ class InstanceTwin:
         self._factory, self._clock = engine_factory, clock
         self.server_config: dict[str, Any] = {}
         self.engine: Engine | None = None
+        # the server_config the engine was built from: later server_config events change what is exported (model)
+        # but not the simulator already built, and a restore must rebuild that same simulator (page size, KV pool,
+        # latency model), not one from the newest config
+        self.engine_config: dict[str, Any] | None = None
         self.epoch_ts: float | None = None
         self.max_ts = -math.inf
         self.pending: dict[str, Pending] = {}
@@ -168,8 +172,15 @@ class InstanceTwin:
     def _on_config(self, ev: ServerConfig) -> None:
         self.server_config.update(self._config_fields(ev))
 
+    def _still_simulated(self, rid: str) -> bool:
+        """A request the twin has forgotten (expired) that its simulator still runs or queues (an overloaded
+        twin can trail by more than the expiry): a new arrival or finish under its id is a late duplicate, and
+        submitting it again would be a second request of the same id in the simulator."""
+        return self.engine is not None and self.engine.holds(rid)
+
     def _on_arrived(self, ev: RequestArrived) -> None:
-        if ev.request_id in self.pending or ev.request_id in self.predicted or ev.request_id in self.done:
+        rid = ev.request_id
+        if rid in self.pending or rid in self.predicted or rid in self.done or self._still_simulated(rid):
             return  # a duplicate delivery of the same request
         key: tuple[int, ...] | None = None
         unit = 1
@@ -199,6 +210,8 @@ class InstanceTwin:
         if rid in self.actual or rid in self.done:
             return  # a duplicate delivery
         p = self.pending.get(rid)
+        if p is None and self._still_simulated(rid):
+            return  # the finish of a request that expired while its simulation still runs
         arrival = ev.arrival_ts if ev.arrival_ts is not None else (
             p.arrival_ts if p is not None else ev.ts - (ev.e2e_s or 0.0))
         if p is None:  # a source that only reports finished requests
@@ -252,7 +265,8 @@ class InstanceTwin:
     def _ensure_engine(self) -> Engine:
         if self.engine is None:
             assert self.epoch_ts is not None
-            self.engine = self._factory(self.cfg, dict(self.server_config), self.epoch_ts, None)
+            self.engine_config = dict(self.server_config)
+            self.engine = self._factory(self.cfg, dict(self.engine_config), self.epoch_ts, None)
         return self.engine
 
     def _anchor(self) -> Anchor:
@@ -319,9 +333,14 @@ class InstanceTwin:
         if self.engine is None:
             return
         horizon = min(wm, self._waiting[0][0]) if self._waiting else wm
+        speculative = getattr(self.engine, "speculative", None) is not None
+        if speculative and self.acceptance.lines:
+            # the free twin draws accepted lengths from what the log's `accept len` fields taught so far; like
+            # the factors, the acceptance changes with events, so a speculative twin is never deferred
+            self.engine.set_acceptance(self.acceptance.mean)  # type: ignore[attr-defined]
         if self.drift_cfg.recalibrate:
             self.engine.set_factors(self.applied_factors())
-        elif defer:
+        elif defer and not speculative:
             self.engine.hold(horizon)
             self._held = True
             return
@@ -345,6 +364,8 @@ class InstanceTwin:
         pred = {"ttft": c.ttft_s, "tpot": c.tpot_s if c.output_len > 1 else None, "e2e": c.e2e_s,
                 "cached_tokens": c.cached_tokens, "prompt_tokens": c.input_len, "output_tokens": c.output_len}
         self._count("predicted", pred)
+        if c.rid not in self.pending:
+            return  # expired before its simulation finished: nothing will join it (kept, it would never leave)
         self.predicted[c.rid] = pred
         if c.rid in self.actual:
             self._join(c.rid)
@@ -429,6 +450,7 @@ class InstanceTwin:
         return {
             "instance_id": self.instance_id,
             "server_config": self.server_config,
+            "engine_config": self.engine_config,
             "epoch_ts": self.epoch_ts,
             "max_ts": self.max_ts if math.isfinite(self.max_ts) else None,
             "pending": {rid: vars(p) | {"key": list(p.key) if p.key is not None else None}
@@ -483,7 +505,10 @@ class InstanceTwin:
             self.acceptance.restore(data["acceptance"])
         if data["engine"] is not None:
             assert self.epoch_ts is not None
-            self.engine = self._factory(self.cfg, dict(self.server_config), self.epoch_ts, data["engine"])
+            # snapshots written before engine_config was kept: the newest server_config is all there is
+            built = data.get("engine_config")
+            self.engine_config = dict(built if built is not None else data["server_config"])
+            self.engine = self._factory(self.cfg, dict(self.engine_config), self.epoch_ts, data["engine"])
 
 
 _HANDLERS: dict[str, Callable[[InstanceTwin, Any], None]] = {

@@ -9,6 +9,7 @@ from importlib import metadata
 
 from exporters.view import InstanceView, ShadowView
 from shadowsim.shadow.config import METRICS
+from shadowsim.shadow.ranks import base_instance_id
 from shadowsim.shadow.stats import Histogram
 
 if False:  # pragma: no cover - typing only, avoids an import cycle
@@ -72,7 +73,9 @@ def build_view(service: ShadowService) -> ShadowView:
                 simulated_ts=sim_ts,
                 alerts=list(t.alerts),
                 requests_expired=t.stats.requests_expired,
+                series_group=base_instance_id(iid),
             ))
         return ShadowView(out, service.dead_letters(), service.records_processed, service.checkpoints,
                           records_skipped=service.records_skipped(),
-                          service_counters={k: v for k, v in service.counters.items() if k in SERVICE_COUNTERS})
+                          service_counters={k: v for k, v in service.counters.items() if k in SERVICE_COUNTERS},
+                          max_series_per_instance=service.config.limits.max_series_per_instance)

@@ -138,6 +138,61 @@ def test_an_exception_while_applying_rolls_the_record_back_and_rebuilds_only_tha
     assert len(parked) == 1 and parked[0][1].startswith("apply_error: ZeroDivisionError: simulated bug")
 
 
+class _BombFactory(SimEngineFactory):
+    """A simulator with a state-dependent bug: once request ``bomb`` was submitted, running it more than 2 s past
+    that arrival raises, and the armed state survives a snapshot (a checkpoint taken before the failure carries
+    it, like a corrupt KV count would)."""
+
+    def __call__(self, cfg: Any, server_config: Any, epoch_ts: float, snapshot: Any) -> SimEngine:
+        eng = super().__call__(cfg, server_config, epoch_ts, snapshot)
+        armed = {"at": (snapshot or {}).get("bomb_at")}
+        submit, advance_to, snap = eng.submit, eng.advance_to, eng.snapshot
+
+        def submit_(rid: str, arrival_ts: float, *a: Any, **k: Any) -> None:
+            if rid == "bomb":
+                armed["at"] = arrival_ts + 2.0
+            submit(rid, arrival_ts, *a, **k)
+
+        def advance_to_(ts: float) -> Any:
+            if armed["at"] is not None and ts > armed["at"]:
+                raise ZeroDivisionError("simulated bug in the simulator's state")
+            return advance_to(ts)
+
+        eng.submit, eng.advance_to = submit_, advance_to_  # type: ignore[method-assign]
+        eng.snapshot = lambda: {**snap(), "bomb_at": armed["at"]}  # type: ignore[method-assign]
+        return eng
+
+
+def test_a_twin_whose_checkpoint_fails_again_restarts_empty_instead_of_failing_on_every_batch(
+        tmp_path: Path, caplog: Any) -> None:
+    """The simulation of twin ``a`` raises in the middle of a run (not while a record is applied), from a state its
+    last checkpoint already holds: restarted from that checkpoint it fails again at the next batch, and then starts
+    empty — two resets, not one per batch for ever (issue 11's 1,000,000-record run spent most of its time so).
+    Twin ``b`` is not touched."""
+    clean_b = requests(4, "b", t0=T + 100)
+    _, want_b = run(tmp_path, decoded([(b"b", v) for v in clean_b]), name="clean-b")
+    a = requests(8)[:-1] + [ev("request_arrived", request_id="bomb", prompt_tokens=10, ts=T + 1.1,
+                                  output_tokens_hint=3)]
+    a += [ev("decode_batch", running_reqs=1, ts=T + 3.6 + 0.1 * k) for k in range(4)]  # a checkpoint holds it
+    a += [ev("decode_batch", running_reqs=0, ts=T + 30 + k) for k in range(6)]
+    stream = [(b"a", v) for v in a] + [(b"b", v) for v in clean_b]
+    cfg = ShadowConfig(instances={"default": InstanceConfig(latency_backend="linear")},
+                       snapshot=SnapshotConfig(dir=tmp_path / "s", every_events=3))
+    sink = PredictionSink(tmp_path / "bomb.jsonl")
+    svc = ShadowService(cfg, lambda a_, r_: MemorySource(decoded(stream), a_, r_, batch=1), _BombFactory(),
+                        sink=sink)
+    with caplog.at_level("ERROR", logger="shadowsim.shadow"):
+        svc.run(idle_timeout_s=0, poll_timeout_s=0)
+    svc.close()
+    assert svc.counters["twin_resets"] == 2
+    msgs = [r.getMessage() for r in caplog.records if "the simulation failed" in r.getMessage()]
+    assert len(msgs) == 2 and "restarts from its last checkpoint" in msgs[0]
+    assert "restarts from empty (it failed again after a restart from its checkpoint)" in msgs[1]
+    assert svc.records_processed == len(stream)
+    got = read_predictions(tmp_path / "bomb.jsonl")
+    assert {k: v for k, v in got.items() if k[0] == "b"} == want_b and len(want_b) == 4
+
+
 def test_beyond_the_twin_cap_new_instances_are_dead_lettered_but_named_ones_are_not(tmp_path: Path) -> None:
     values = []
     for i in range(10):

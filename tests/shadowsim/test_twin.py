@@ -151,3 +151,75 @@ def test_property_snapshot_at_any_event_then_replay_equals_one_pass(reqs: list[t
     assert first.out + second.out == whole.out
     assert len(whole.out) == len(reqs)  # every request predicted and joined exactly once
     assert second.snapshot()["stats"] == whole.snapshot()["stats"]
+
+
+def test_a_server_config_after_the_simulator_was_built_does_not_change_it_on_restore() -> None:
+    """Regression (fuzzing, issue 11): a twin's simulator is built from the server_config seen at its first
+    request; a later server_config (a page size of 16) is recorded but does not rebuild it. A restore rebuilt the
+    simulator from the *newest* config instead: page size 16 on a KV pool accounted in single tokens, so the pool's
+    private count went negative some steps later (``ValueError: free_tokens(34) with -127 private tokens
+    allocated`` in simcore.kv_cache) — and did so on every rebuild from that checkpoint. The restored twin must run
+    on the simulator it was snapshotted with, and continue like the uninterrupted one."""
+    head = [ev("server_config", T, page_size=1, tp_size=1, max_running_requests=8),
+            arrived(T + 0.1, "r0", prompt=700)]
+    head.append(finished(T + 2.0, "r0", T + 0.1, prompt=700, out=40))
+    tail = [ev("server_config", T + 2.1, page_size=16, tp_size=2, max_running_requests=3)]
+    for i in range(1, 9):
+        tail.append(arrived(T + 2 + i * 0.05, f"r{i}", prompt=333 + 17 * i))
+    for i in range(1, 9):
+        tail.append(finished(T + 5 + i * 0.4, f"r{i}", T + 2 + i * 0.05, prompt=333 + 17 * i, out=21 + 5 * i))
+    tail.append(ev("decode_batch", T + 60, running_reqs=0))
+    whole = make_twin(allowed_lateness_s=0.5)
+    for e in head + tail:
+        whole.apply(e)
+    for cut in range(len(head), len(head) + len(tail)):
+        events = head + tail
+        first = make_twin(allowed_lateness_s=0.5)
+        for e in events[:cut]:
+            first.apply(e)
+        second = make_twin(allowed_lateness_s=0.5)
+        second.restore(first.snapshot())
+        assert second.engine is not None and second.engine.server.page == 1, cut  # the simulator it was built as
+        second.engine.server.check_invariants()
+        for e in events[cut:]:
+            second.apply(e)
+            second.engine.server.check_invariants()
+        assert first.out + second.out == whole.out, cut
+        assert second.stats.snapshot() == whole.stats.snapshot(), cut
+    assert len(whole.out) == 9
+    assert whole.server_config["page_size"] == 16 and whole.engine.server.page == 1
+
+
+def test_a_snapshot_written_before_engine_config_was_kept_still_restores() -> None:
+    t = make_twin()
+    t.apply(arrived(T, "r0"))
+    t.apply(finished(T + 1.0, "r0", T))
+    snap = t.snapshot()
+    del snap["engine_config"]
+    again = make_twin()
+    again.restore(snap)
+    assert again.engine_config == {} and again.engine is not None
+
+
+def test_a_request_expired_while_still_simulated_is_not_submitted_twice() -> None:
+    """Regression (fuzzing, issue 11): an overloaded twin trails its input; a request can expire (and its id be
+    forgotten) while its simulation still queues. Its late finish, or a re-delivered arrival, created a new request
+    of the same id and ``simcore.server.Server.submit`` refused it (``ValueError: duplicate request id``) on every
+    rebuild of the twin. Now both are dropped as duplicates, and the old simulation's completion, which nothing
+    will join any more, is not kept."""
+    t = make_twin(allowed_lateness_s=0.0, max_wait_s=1.0, pending_expiry_margin_s=1.0)
+    # five 150,000-token prompts on a 200,000-token pool: one at a time, ~9.5 s of prefill each (linear model)
+    for i in range(5):
+        t.apply(arrived(T + 0.001 * i, f"big{i}", prompt=150_000))
+    for k in range(1, 21):
+        t.apply(ev("decode_batch", T + k, running_reqs=1))
+    assert t.stats.requests_expired == 5 and t.pending == {}
+    assert "big4" not in t.done and t.engine.holds("big4")  # forgotten by the twin, still queued in the simulator
+    t.apply(finished(T + 21.0, "big4", T, prompt=150_000, out=7))
+    t.apply(arrived(T + 21.5, "big4", prompt=150_000))
+    assert t.pending == {}
+    for k in range(22, 80):
+        t.apply(ev("decode_batch", T + k, running_reqs=0))
+    assert not t.engine.holds("big4") and t.engine.server.reqs == {}
+    assert t.predicted == {} and t.actual == {} and t.out == []  # nothing left behind
+    assert t.stats.counters["requests_finished"]["predicted"] == 5  # each big request simulated exactly once

@@ -237,3 +237,36 @@ def test_numpy_takes_over_long_blocks_only_after_the_pure_python_budget() -> Non
         assert not times.vectorize(4096)
         done += 4096
     assert times.vectorize(dr.NUMPY_FROM) and not times.vectorize(dr.NUMPY_FROM - 1)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_unwatched_finishes_spend_no_simpy_event_and_change_nothing(shared_dir, overlap: bool) -> None:  # type: ignore[no-untyped-def]
+    """simulate() of an open loop that nobody watches does not trigger finish events (no SimPy event, no yield per
+    finish); with an on_finish callback it does. Records, ITL samples and steps are the same either way."""
+    import simpy.core
+
+    reqs = _mooncake(shared_dir, 600)
+    settings = _settings(disable_overlap_schedule=not overlap)
+    counted: list[int] = []
+    orig = simpy.core.Environment.step
+
+    def run(**kw):  # type: ignore[no-untyped-def]
+        n = [0]
+
+        def step(env):  # type: ignore[no-untyped-def]
+            n[0] += 1
+            return orig(env)
+        simpy.core.Environment.step = step  # type: ignore[method-assign]
+        try:
+            res = simulate(settings, TABLE, TraceReplay(reqs), kv_capacity_tokens=120_000, key_unit=512, **kw)
+        finally:
+            simpy.core.Environment.step = orig  # type: ignore[method-assign]
+        counted.append(n[0])
+        return res
+
+    finished: list[str] = []
+    silent = run()
+    watched = run(on_finish=lambda rec: finished.append(rec.rid))
+    _same(silent, watched)
+    assert sorted(finished) == sorted(r.rid for r in silent.records) and len(finished) == 600
+    assert counted[0] < 10 < 600 < counted[1]  # a SimPy event per finish when watched, none when not

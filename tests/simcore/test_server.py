@@ -374,3 +374,23 @@ def test_retracted_requests_outputs_become_matchable_by_itself_only() -> None:
     a.out_len_base = 9
     a.key_outputs(-(7 << 32))  # a second retraction keeps the same elements and extends them
     assert len(a.key) == 17 and kv.match(a.key, 100, 3.0).prefix_len == 13  # the first 5 outputs still match
+
+
+@pytest.mark.parametrize("field,value", [("page_size", 16), ("disable_radix_cache", True)])
+def test_restore_under_another_page_size_or_radix_mode_is_refused(field: str, value: object) -> None:
+    """A snapshot's KV accounting is in its own page size: restored with another one, every later page rounding
+    disagrees with what the requests hold and the pool's private count runs negative steps later (fuzzing found
+    ``free_tokens(34) with -127 private tokens allocated``). The restore says so at once instead."""
+    s = resolve(ServerSettings(chunked_prefill_size=512), 80 * 1024**3)
+    env = simpy.Environment()
+    srv = Server(env, s, 10_000, LAT)
+    for i in range(4):
+        srv.submit(req(f"r{i}", 0.01 * i, 300 + 50 * i, 30))
+    env.run(until=0.05)
+    srv.check_invariants()
+    snap = json.loads(json.dumps(srv.snapshot()))
+    other = s.model_copy(update={field: value})
+    with pytest.raises(ValueError, match=f"snapshot taken with {field}=.* cannot be restored with {field}="):
+        Server.restore(simpy.Environment(initial_time=0.05), snap, other, LAT)
+    again = Server.restore(simpy.Environment(initial_time=0.05), snap, s, LAT)  # its own settings: fine
+    again.check_invariants()
