@@ -46,6 +46,7 @@ from simcore.scheduler import (AddResult, NewTokenRatio, PrefillAdder, order_wai
 from simcore.server_results import ResultProcessor
 from simcore.server_state import Batch, Req, ReservationSum
 from simcore.settings import ServerSettings, resolve
+from simcore.speculative import SpeculativeDecoding
 
 WAITING_PREFIX_REFRESH_INTERVAL = 32   # §2.4: scheduling passes between two refreshes
 WAITING_PREFIX_REFRESH_MAX_QUEUE = 128  # §2.4: waiting requests touched per refresh
@@ -64,11 +65,21 @@ class Server(ResultProcessor, DecodeRuns):
                  max_running_requests: int | None = None, context_len: int | None = None,
                  tokenize_s: float = 0.0, detokenize_s: float = 0.0, fast: bool = True,
                  decode_run_spacing: float = DEFAULT_MAX_REL_SPACING, signal_finishes: bool = True,
-                 _start: bool = True) -> None:
-        if settings.chunked_prefill_size is None or settings.cuda_graph_bs is None:
+                 speculative: SpeculativeDecoding | None = None, _start: bool = True) -> None:
+        if (settings.chunked_prefill_size is None or settings.cuda_graph_bs is None
+                or settings.speculative_algorithm is not None):  # (resolve applies what speculation forces)
             settings = resolve(settings, None)
+        if (settings.speculative_algorithm is None) != (speculative is None):
+            raise ValueError("a speculative server needs both --speculative-algorithm in its settings and its "
+                             "SpeculativeDecoding (simcore.speculative.build_speculative), a plain one neither")
+        if speculative is not None and latency is not speculative and getattr(latency, "base", None) is not speculative:
+            raise ValueError("a speculative server prices its steps with its SpeculativeDecoding (or a wrapper "
+                             "of it, e.g. calibration factors): pass it as the latency model too")
         self.env = env
         self.settings = settings
+        # speculative decoding (simcore.speculative): ``latency`` prices its iterations (draft + verify) and
+        # prefills (target + draft extend); ``spec`` draws the accepted lengths; decode goes through _decode_spec
+        self.spec = speculative
         self.latency = latency
         self.rng = rng if rng is not None else LazyGenerator(0)  # a numpy Generator (made on first draw)
         self.observer = observer
@@ -152,8 +163,9 @@ class Server(ResultProcessor, DecodeRuns):
         self.last_kind: str | None = None  # kind of the batch the previous pass launched (None: nothing)
         self.decode_runs = (fast and observer is None and not self.out_on and self.page == 1
                             and self.recv_interval == 1  # a run would ingest at passes that skip the poll
-                            and has_pure_step_time(latency))  # runs price steps ahead of their time
-        self.run_times = DecodeStepTimes(latency, decode_run_spacing)
+                            and speculative is None  # accepted lengths are drawn per step
+                            and has_pure_step_time(self.latency))  # runs price steps ahead of their time
+        self.run_times = DecodeStepTimes(self.latency, decode_run_spacing)
         self.proc = env.process(self._run()) if _start else None
 
     # ---- public -------------------------------------------------------------------------------------
@@ -338,6 +350,8 @@ class Server(ResultProcessor, DecodeRuns):
             if batch is not None:
                 return batch
         if self.decoding or zombies:
+            if self.spec is not None:
+                return self._decode_spec(t)
             return self._decode(t, zombies)  # type: ignore[arg-type]
         return None
 
@@ -497,9 +511,12 @@ class Server(ResultProcessor, DecodeRuns):
         r.in_decoding = True
         r.ver += 1
         self.decoding[r.rid] = r
-        self.res.add(r, self._group(r), decoding=True)
         self.sum_kv += r.input_len + r.out_len_base
         self.joined.append(r)
+        if self.spec is not None:  # its terms and finish are recomputed every iteration (_decode_spec)
+            self.res.add(r, self._group(r), decoding=False)
+            return
+        self.res.add(r, self._group(r), decoding=True)
         self.seq += 1
         heapq.heappush(self.fin_heap, (r.launches_base + r.output_len - r.out_len_base, self.seq, r.rid, r.ver))
 
@@ -612,6 +629,68 @@ class Server(ResultProcessor, DecodeRuns):
             b.retracted = tuple(retracted)
         nrows, sum_kv = self._launch_decode_rows(b, zombies, need)
         b.shape = BatchShape((), (), nrows, sum_kv, (), self._pad(nrows))
+        return b
+
+    def _decode_spec(self, t: float) -> Batch | None:
+        """A speculative decode iteration (simcore.speculative; 0.5.9 scheduler ``update_running_batch`` with
+        ``spec_algorithm`` set): the memory check reserves the draft tokens of every request
+        (``new_tokens_required_next_decode``), retraction takes requests from the back of the batch
+        (``retract_decode``: "for spec decoding ... we can only retract from the back"), then each request
+        accepts L tokens: KV grows by L (the rejected drafts' slots are freed after verify), L tokens reach the
+        client together. No overlap (forced off), so no EOS zombies."""
+        kv = self.kv
+        spec = self.spec
+        need = spec.config.decode_reservation(len(self.decoding), self.page)
+        retracted: list[str] = []
+        if kv.free + kv.tree.evictable_size < need:
+            order = list(self.decoding.values())
+            while kv.available() < need and len(self.decoding) > 1:
+                r = order.pop()
+                self._retract(r, t)
+                retracted.append(r.rid)
+                need = spec.config.decode_reservation(len(self.decoding), self.page)
+            if kv.available() < need:  # even one request does not fit: SGLang aborts it
+                for r in list(self.decoding.values()):
+                    self._leave_r(r)
+                    r.held = self._ceil(r.input_len + r.out_len_base - 1)
+                    self._abort(r, t)
+                return None
+            rem = list(self.decoding.values())
+            self.ratio.current = NewTokenRatio.after_retract(
+                [r.out_len for r in rem], [r.max_new for r in rem], self.settings.retract_decode_steps)
+        else:
+            self.ratio.decay_step()
+        self.bid += 1
+        b = Batch(self.bid, "decode")
+        if retracted:
+            b.retracted = tuple(retracted)
+        if not kv.alloc(need):  # the verify pass's draft slots (check_decode_mem evicted for them)
+            raise RuntimeError("speculative decode allocation failed after the capacity check")
+        rows = list(self.decoding.values())
+        sum_kv_before = self.sum_kv
+        lens = spec.accept([r.output_len - r.out_len for r in rows])
+        for r in rows:  # reservation terms leave at their pre-step value
+            self.res.remove(r)
+        b.n_emit = len(rows)
+        if self.joined:
+            b.newcomers = [r for r in self.joined if r.in_decoding]
+            self.joined = []
+        self.launch_counter[0] += 1
+        b.g_after = self.launch_counter[0]
+        kept = 0
+        ceil = self._ceil
+        for r, n in zip(rows, lens):
+            start = r.input_len + r.out_len - 2  # KV positions before this step: prompt + outputs − 1
+            r.out_len_base += n - 1  # the launch counter added one
+            kept += ceil(start + n) - ceil(start)
+            self.sum_kv += n
+            self.res.add(r, self._group(r), decoding=False)
+            if r.out_len >= r.output_len:
+                self._leave_r(r)
+                r.last_bid = b.bid
+                self._to_finishing(r, b)
+        kv.free_tokens(need - kept)  # the rejected drafts
+        b.shape = BatchShape((), (), len(rows), sum_kv_before, (), self._pad(len(rows)))
         return b
 
     def _retract(self, r: Req, t: float) -> None:

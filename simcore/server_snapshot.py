@@ -87,6 +87,7 @@ def snapshot(srv: "Server") -> dict[str, Any]:
         "inflight": batch_to_state(srv.inflight), "due": batch_to_state(srv.due),
         "kv": srv.kv.to_state(),
         "rng": srv.rng.bit_generator.state,
+        "speculative": srv.spec.to_state() if srv.spec is not None else None,  # its draws and counters
         "deferred": [[t, rec.to_dict()] for t, rec in srv.deferred],
     }
 
@@ -139,6 +140,8 @@ def restore(cls: type["Server"], env: simpy.Environment, snap: dict[str, Any], s
     srv.recv_counter = snap.get("recv_counter", 0)        # --scheduler-recv-interval's poll counter
     srv.last_kind = snap.get("last_kind")
     srv.ratio.current = snap["ratio"]
+    if srv.spec is not None and snap.get("speculative") is not None:
+        srv.spec.load_state(snap["speculative"])
     srv.itl_vals, srv.itl_w = list(snap["itl_vals"]), list(snap["itl_w"])
     for t, d in snap.get("deferred", []):
         rec = RequestRecord(**d)

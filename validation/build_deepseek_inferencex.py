@@ -1,4 +1,4 @@
-"""Build validation/sglang_deepseek_b200_inferencex.csv: the DeepSeek-R1 B200 SGLang 0.5.9 rows of
+"""Build validation/sglang_deepseek_inferencex.csv: the DeepSeek-R1 B200 SGLang 0.5.9 and B300 0.5.10.post1 rows of
 validation/sglang_deepseek_b200_b300_deployed.csv (TP/EP as launched) with the launch flags and benchmark client
 they were really measured with.
 
@@ -34,6 +34,13 @@ configurations, launched by ``benchmarks/single_node/*.sh``:
   --enable-symm-mem --disable-radix-cache --attention-backend trtllm_mla --moe-runner-backend flashinfer_trtllm
   --stream-interval 10`` (``--max-prefill-tokens`` not given: SGLang's 16384).
 
+The B300 rows (SGLang 0.5.10.post1) are InferenceX's ``dsr1-fp8-b300-sglang`` and ``dsr1-fp4-b300-sglang``
+(added @5b302f147 and @9ebeafb4e, 2026-04-17, image ``v0.5.10.post1-cu130`` until 2026-05-16): the same search
+spaces as on B200 (fp8: TP8 1024×1024 at C 4…64 and 8192×1024 at C 4, TP4 8192×1024 at C 4…32, the 6 ``cfg719``
+and 4 ``cfg720`` rows; nvfp4 without 1024×8192: TP4/EP4 at C 4…128, 12 ``cfg717`` rows, TP8/EP8, 9 ``cfg718``
+rows), launched by ``dsr1_fp8_b300.sh`` / ``dsr1_fp4_b300.sh`` with the B200 scripts' flags (unchanged in that
+window); there was no B300 EAGLE configuration then.
+
 A measurement filed twice (same configuration and load, TTFT and TPOT equal to 1e-15 relative) is kept once.
 Each output row names its configuration in ``deployment_note``.
 
@@ -66,7 +73,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 SOURCE = ROOT / "sglang_deepseek_b200_b300_deployed.csv"  # TP/EP as launched (build_deepseek_deployed.py)
-OUT = ROOT / "sglang_deepseek_b200_inferencex.csv"
+OUT = ROOT / "sglang_deepseek_inferencex.csv"
 PLAIN_CONFIG_ID = "_cfg87"  # dsr1-fp8-b200-sglang's 11 TP8 points (isl×osl×C as in nvidia-master.yaml @12ba0ae07)
 RANGE_RATIO = "0.8"
 NOT_SIMULATED = {
@@ -102,10 +109,16 @@ def launch_flags(concurrency: int, tp: int, ep: int, precision: str) -> str:
 
 
 def config_of(r: dict[str, str], plain_tp8: set[tuple]) -> str | None:
-    """The InferenceX configuration a B200 SGLang 0.5.9 row measured (None: not one of the three here)."""
+    """The InferenceX configuration a B200 SGLang 0.5.9 or B300 0.5.10.post1 row measured (None: none here)."""
+    tp, ep = int(r["tp"]), int(r["ep"])
+    if r["gpu"] == "b300_sxm" and r["sglang_version"] == "0.5.10.post1":
+        if r["precision"] == "nvfp4" and (tp, ep) in ((4, 4), (8, 8)):
+            return "dsr1-fp4-b300-sglang"
+        if r["precision"] == "fp8" and ep == 1 and (tp == 8 or (r["isl"], r["osl"]) == ("8192", "1024")):
+            return "dsr1-fp8-b300-sglang"
+        return None
     if r["gpu"] != "b200_sxm" or r["sglang_version"] != "0.5.9":
         return None
-    tp, ep = int(r["tp"]), int(r["ep"])
     if r["precision"] == "nvfp4" and (tp, ep) in ((4, 4), (8, 8)):
         return "dsr1-fp4-b200-sglang"
     if r["precision"] == "fp8" and ep == 1 and tp == 4 and (r["isl"], r["osl"]) == ("8192", "1024"):

@@ -134,10 +134,12 @@ class Anchor:
         shape = BatchShape(num_decode=bs, decode_sum_kv=ev.kv_tokens or 0, cuda_graph_bs=padded_bs(bs, self.graph_sizes))
         pred = step_time_s(self.latency, shape, self.overlap)
         if ev.gen_throughput_tok_s:
-            # bs tokens per decode step: observed step time = bs / throughput (includes interleaved prefills,
-            # so it is only used when no forward-pass feed exists).
+            # bs tokens per decode step (bs × accept len for a speculative server, whose step is one iteration):
+            # observed step time = tokens / throughput (includes interleaved prefills, so it is only used when no
+            # forward-pass feed exists).
+            tokens = bs * (ev.accept_len if ev.accept_len else 1.0)
             if not self.timeline.saw_forward_passes:
-                self.calibrator.observe("decode", bs / ev.gen_throughput_tok_s, pred)
+                self.calibrator.observe("decode", tokens / ev.gen_throughput_tok_s, pred)
         if not self.timeline.saw_forward_passes:
             self.timeline.add(ev.ts, DECODE_LOG_INTERVAL * pred)
 

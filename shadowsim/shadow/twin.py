@@ -333,9 +333,14 @@ class InstanceTwin:
         if self.engine is None:
             return
         horizon = min(wm, self._waiting[0][0]) if self._waiting else wm
+        speculative = getattr(self.engine, "speculative", None) is not None
+        if speculative and self.acceptance.lines:
+            # the free twin draws accepted lengths from what the log's `accept len` fields taught so far; like
+            # the factors, the acceptance changes with events, so a speculative twin is never deferred
+            self.engine.set_acceptance(self.acceptance.mean)  # type: ignore[attr-defined]
         if self.drift_cfg.recalibrate:
             self.engine.set_factors(self.applied_factors())
-        elif defer:
+        elif defer and not speculative:
             self.engine.hold(horizon)
             self._held = True
             return

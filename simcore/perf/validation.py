@@ -450,6 +450,7 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
     from simcore.models import load_model
     from simcore.perf import ParallelLayout, build_latency_model
     from simcore.settings import ServerSettings, resolve
+    from simcore.speculative import build_speculative
     from simcore.variability import ClientDelays, DelayedWorkload, client_records, with_variability
 
     model = load_model(row.model)
@@ -478,12 +479,19 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
                                   kv_cache_dtype=settings.kv_cache_dtype,
                                   parallel=ParallelLayout.from_settings(settings, gpu))
     latency = with_variability(latency, p.variability, seed)
+    # speculative decoding (--speculative-* in server_args): the draft priced on the same GPUs, TP, precision
+    speculative = build_speculative(settings, model, latency, lambda m: build_latency_model(
+        m, gpu, row.tp, precision, backend=backend, profile=profile, kv_cache_dtype=settings.kv_cache_dtype,
+        parallel=ParallelLayout.from_settings(settings, gpu)), seed)
+    if speculative is not None:  # it prices the steps: target + draft
+        latency = speculative
     workload, warmup, client = _workload(row, p, seed)
     delays = ClientDelays.from_variability(p.variability, seed)
     if delays is not None:
         workload = DelayedWorkload(workload, delays)
     res = simulate(settings, latency, workload, kv_capacity_tokens=pool.max_total_num_tokens, seed=seed,
-                   max_running_requests=pool.max_running_requests, context_len=pool.context_len)
+                   max_running_requests=pool.max_running_requests, context_len=pool.context_len,
+                   speculative=speculative)
     recs = res.records if delays is None else client_records(res.records, workload.offsets)
     # requests are numbered in sending order, so the warm-up ones are the first `warmup`
     recs = [r for r in recs if not r.aborted and int(r.rid[len(_RID):]) >= warmup]

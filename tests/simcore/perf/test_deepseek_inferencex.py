@@ -3,7 +3,7 @@
 The rules (module docstring of the builder): SemiAnalysisAI/InferenceX @12ba0ae07 ``nvidia-master.yaml`` lists
 ``dsr1-fp8-b200-sglang`` (TP8 EP1 at 1024×1024 / 1024×8192, C 4–64, and 8192×1024 at C 4: 11 points, the 11
 ``cfg87`` rows; TP4 at 8192×1024, C 4–32), ``dsr1-fp8-b200-sglang-mtp`` (EAGLE, C 4–512) and
-``dsr1-fp4-b200-sglang`` (TP4 EP4 and TP8 EP8: 33 points); ``benchmarks/single_node/dsr1_fp8_b200.sh`` and
+``dsr1-fp4-b200-sglang`` (TP4 EP4 and TP8 EP8: 33 points); @5b302f147/@9ebeafb4e add the B300 twins; ``benchmarks/single_node/dsr1_fp8_b200.sh`` and
 ``dsr1_fp4_b200.sh`` launch with ``--scheduler-recv-interval`` 10 below 16 clients and 30 from 16 on (fp8 TP4: 10).
 """
 from __future__ import annotations
@@ -28,12 +28,15 @@ def _build_module(repo_dir):
 def test_inferencex_file_is_the_build_output_and_its_rules_hold(repo_dir) -> None:
     build = _build_module(repo_dir)
     fields, rows, counts = build.build(repo_dir / "validation" / "sglang_deepseek_b200_b300_deployed.csv")
-    assert build.render(fields, rows) == (repo_dir / "validation" / "sglang_deepseek_b200_inferencex.csv").read_text()
+    assert build.render(fields, rows) == (repo_dir / "validation" / "sglang_deepseek_inferencex.csv").read_text()
     # every point of the two plain configurations once (11 + 4 fp8, 18 + 15 nvfp4); 27 rows belong to the EAGLE
     # configuration and 8 are the same run filed twice
     assert counts == {"dsr1-fp8-b200-sglang": 15, "dsr1-fp4-b200-sglang": 33, "mtp (left out)": 27,
-                      "same run (left out)": 8}
-    by = Counter((r["precision"], r["tp"], r["ep"], r["isl"], r["osl"]) for r in rows)
+                      "same run (left out)": 8, "dsr1-fp8-b300-sglang": 10, "dsr1-fp4-b300-sglang": 21}
+    # B300 (0.5.10.post1): the cfg719/cfg720 (fp8) and cfg717/cfg718 (nvfp4) rows, every point of their configurations
+    b300 = Counter(r["id"].rsplit("_", 1)[-1] for r in rows if r["gpu"] == "b300_sxm")
+    assert b300 == {"cfg719": 6, "cfg720": 4, "cfg717": 12, "cfg718": 9}
+    by = Counter((r["precision"], r["tp"], r["ep"], r["isl"], r["osl"]) for r in rows if r["gpu"] == "b200_sxm")
     assert by[("fp8", "8", "1", "1024", "1024")] == 5 and by[("fp8", "8", "1", "8192", "1024")] == 1
     assert by[("fp8", "4", "1", "8192", "1024")] == 4
     assert sum(v for k, v in by.items() if k[:3] == ("nvfp4", "4", "4")) == 18
@@ -52,7 +55,7 @@ def test_inferencex_file_is_the_build_output_and_its_rules_hold(repo_dir) -> Non
 def test_the_recv_interval_raises_ttft_toward_the_measurement(repo_dir) -> None:
     # C = 16, 1024 × 1024: measured TTFT 402 ms. Polling every 30 decode steps (~13 ms each) makes an arrival wait
     # ~15 steps on average before its prefill; the same row polled every pass has no such wait.
-    row = {r.id: r for r in read_rows(repo_dir / "validation" / "sglang_deepseek_b200_inferencex.csv")}[
+    row = {r.id: r for r in read_rows(repo_dir / "validation" / "sglang_deepseek_inferencex.csv")}[
         "dsr1_b200_sglang_fp8_agg_1024x1024_c16_cfg87"]
     with_skip = simulate_row(row)
     every_pass = simulate_row(dataclasses.replace(
