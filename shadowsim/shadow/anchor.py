@@ -132,14 +132,16 @@ class Anchor:
             return  # the exact per-step feed is there; log lines would count the same steps twice
         n = max(1, ev.new_seqs)  # at most MAX_BATCH_REQS (simcore.events)
         shape = BatchShape(extend_lens=_spread(max(ev.new_tokens, n), n), prefix_lens=_spread(ev.cached_tokens, n))
-        self.timeline.add(ev.ts, step_time_s(self.latency, shape, self.overlap))
+        st = self.latency.step_time(shape)  # step_time_s, written out (once per batch line)
+        self.timeline.add(ev.ts, max(st.gpu_s, st.cpu_s) if self.overlap else st.gpu_s + st.cpu_s)
 
     def on_decode_batch(self, ev: DecodeBatch) -> None:
         bs = ev.running_reqs
         if bs == 0:
             return
         shape = BatchShape(num_decode=bs, decode_sum_kv=ev.kv_tokens or 0, cuda_graph_bs=padded_bs(bs, self.graph_sizes))
-        pred = step_time_s(self.latency, shape, self.overlap)
+        st = self.latency.step_time(shape)  # step_time_s, written out (once per batch line)
+        pred = max(st.gpu_s, st.cpu_s) if self.overlap else st.gpu_s + st.cpu_s
         if ev.gen_throughput_tok_s:
             # bs tokens per decode step (bs × accept len for a speculative server, whose step is one iteration):
             # observed step time = tokens / throughput (includes interleaved prefills, so it is only used when no

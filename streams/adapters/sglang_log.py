@@ -18,9 +18,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pydantic
+
 from streams.adapters import request_log
-from streams.adapters.base import LineResult, ParseContext, build, to_float, to_int
-from streams.adapters.log_prefix import split_header
+from streams.adapters.base import _VALIDATORS, LineResult, ParseContext, build, to_float, to_int, validation_reason
+from streams.adapters.log_prefix import _fast_header, split_header
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # ``Prefill batch``, ``Prefil batch`` (0.1.17 typo), ``Decode batch``, optional `` [iter]``, then ``.`` or ``,``.
@@ -144,8 +146,17 @@ MAX_BATCH_BODY_CHARS = 8192
 def _batch(kind: str, body: str, it: str | None, ranks: dict[str, int], ctx: ParseContext) -> LineResult:
     if len(body) > MAX_BATCH_BODY_CHARS:
         return f"{kind}: line too long ({len(body)} characters after the header, at most {MAX_BATCH_BODY_CHARS})"
-    fields = _PREFILL_FIELDS if kind == "prefill_batch" else _DECODE_FIELDS
-    data = _envelope(ctx, ranks)
+    prefill = kind == "prefill_batch"
+    fields = _PREFILL_FIELDS if prefill else _DECODE_FIELDS
+    ts, source = ctx.last_ts, ctx.source
+    data: dict[str, Any] = {  # _envelope(ctx, ranks), written out: this runs once per batch line
+        "ts": ts if ts is not None else ctx.default_ts,
+        "instance_id": ctx.instance_id,
+        "source": source or None,
+        "event_id": f"{source or '-'}:{ctx.line_no}",
+    }
+    if ranks:
+        data.update(ranks)
     if it is not None:
         data["forward_iter"] = it
     for k, v in _ITEM.findall(body):
@@ -159,11 +170,13 @@ def _batch(kind: str, body: str, it: str | None, ranks: dict[str, int], ctx: Par
             data["cache_hit_rate"] = to_float(hit) / 100.0 if hit.endswith("%") else to_float(hit)
         except ValueError:
             return f"{kind}: cannot read 'cache hit rate' value {hit[:40]!r}"
-    required = _PREFILL_REQUIRED if kind == "prefill_batch" else _DECODE_REQUIRED
-    for f in required:
+    for f in _PREFILL_REQUIRED if prefill else _DECODE_REQUIRED:
         if f not in data:
             return f"{kind}: missing {f}"
-    return build(kind, data)
+    try:  # build(kind, data)
+        return [_VALIDATORS[kind](data)]
+    except pydantic.ValidationError as exc:
+        return validation_reason(kind, exc)
 
 
 def _retraction(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineResult:
@@ -293,5 +306,10 @@ def parse_line(line: str, ctx: ParseContext) -> LineResult:
     line = line.rstrip("\r\n")
     if "\r" in line:  # progress bars rewrite the line with bare CRs: the last segment is what was shown
         line = line.rpartition("\r")[2] or line
-    msg, ranks = split_header(line, ctx)
+    if line[:1] == "[" and line[1:2].isdigit():
+        # split_header's first step, taken here: a dated header at column 0 followed by the message itself
+        head = _fast_header(line, ctx)
+        if head is not None and not (head[0][:1] == "[" and head[0][1:2].isdigit()):
+            return parse_message(head[0], head[1], ctx)
+    msg, ranks = split_header(line, ctx)  # (a second header: read again there, the same time written twice)
     return parse_message(msg, ranks, ctx)
