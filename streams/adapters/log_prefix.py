@@ -87,31 +87,8 @@ def _minute(stamp: str) -> tuple[float, int] | None:
     return day, hm
 
 
-# The commonest header in ASCII digits: ``[YYYY-mm-dd HH:MM:SS[.fff][ TAGS]] `` at column 0. What it matches,
-# ``_fast_header_scan`` reads the same way (tests/streams/adapters/test_fast_paths.py); the rest goes to that scan.
-_PLAIN_HEADER = re.compile(r"\[([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}):([0-9]{2})(?:[.,]([0-9]+))?( [^\]]*)?\] ?")
-
-
 def _fast_header(line: str, ctx: ParseContext) -> tuple[str, dict[str, int]] | None:
-    """The common case, ``[YYYY-mm-dd HH:MM:SS[.mmm][ TAGS]] msg`` at column 0 (one regex match, then caches)."""
-    m = _PLAIN_HEADER.match(line)
-    if m is None or len(line) < 22 or m.end(4 if m.group(4) is not None else 3 if m.group(3) is not None else 2) >= 120:
-        return _fast_header_scan(line, ctx)
-    stamp, sec, fraction, tags = m.groups()
-    minute = _minute(stamp)
-    if minute is None:
-        return None
-    day, hm = minute
-    secs = float(hm + int(sec))
-    if fraction is not None:
-        secs += frac(fraction)
-    ctx.day_epoch = day
-    ctx.last_ts = day + secs
-    return line[m.end():], (_TAGS_CACHE.get(tags) or _ranks_of(tags)) if tags is not None else _NO_RANKS
-
-
-def _fast_header_scan(line: str, ctx: ParseContext) -> tuple[str, dict[str, int]] | None:
-    """``_fast_header`` by hand, for what ``_PLAIN_HEADER`` does not take (other digits, a far bracket)."""
+    """The common case, ``[YYYY-mm-dd HH:MM:SS[.mmm][ TAGS]] msg`` at column 0, without a regex."""
     if len(line) < 22 or line[5] != "-" or line[11] != " " or line[14] != ":" or line[17] != ":":
         return None
     close = line.find("]", 20, 120)
