@@ -196,8 +196,52 @@ def kafka(m: int, tmp: Path) -> dict[str, Any]:
             tail = proc.stderr.strip().splitlines()[-1:] if proc.stderr else []
             out[f"kafka_{name}_last_line"] = tail[0] if tail else ""
             preds[name] = _healthy_predictions(tmp / f"k-{name}.jsonl", healthy)
+            out.update({f"kafka_{name}_{k}": v for k, v in _accounting(bs, topic, tmp / f"k-{name}", sent).items()})
         out["kafka_healthy_predictions_equal"] = preds["clean"] == preds["mixed"] and bool(preds["clean"])
     return out
+
+
+def _accounting(bs: str, topic: str, state: Path, sent: int) -> dict[str, Any]:
+    """Every record of the run accounted for, from what the process left behind: its last checkpoint per partition
+    (next offset, records applied, skipped and dead-lettered by reason) and the dead-letter topic itself (one
+    dead letter per record counted as dead-lettered, none twice)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from shadowsim.shadow.snapshot import SnapshotStore
+
+    store = SnapshotStore(state)
+    read = applied = skipped = 0
+    dead: dict[str, int] = {}
+    for t, part in store.partitions():
+        snap = store.load(t, part)
+        if snap is None or t != topic:
+            continue
+        read += int(snap["next_offset"])
+        applied += int(snap.get("applied", 0))
+        skipped += int(snap.get("skipped", 0))
+        for r, n in snap.get("dead_letters", {}).items():
+            dead[r] = dead.get(r, 0) + int(n)
+    # the dead-letter topic, read until idle (the embedded broker's end offset is the last batch's base offset)
+    consumer = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, auto_offset_reset="earliest",
+                             group_id=None, fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=16 * 1024 * 1024)
+    tps = [TopicPartition(topic + ".dlq", p) for p in sorted(consumer.partitions_for_topic(topic + ".dlq") or ())]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    letters, sources = 0, set()
+    idle = time.monotonic()
+    while time.monotonic() - idle < 5.0:
+        batch = consumer.poll(timeout_ms=500)
+        for recs in batch.values():
+            for r in recs:
+                h = dict(r.headers or [])
+                letters += 1
+                sources.add((h.get("source_topic"), h.get("source_partition"), h.get("source_offset")))
+            idle = time.monotonic()
+    consumer.close()
+    counted = applied + skipped + sum(dead.values())
+    return {"records_read": read, "applied": applied, "skipped": skipped, "dead_lettered": sum(dead.values()),
+            "silent": sent - counted, "reasons": dict(sorted(dead.items())), "dlq_letters": letters,
+            "dlq_distinct_records": len(sources)}
 
 
 def memory(f: int, tmp: Path) -> dict[str, Any]:
