@@ -244,7 +244,15 @@ def _accounting(bs: str, topic: str, state: Path, sent: int) -> dict[str, Any]:
             "dlq_distinct_records": len(sources)}
 
 
-def memory(f: int, tmp: Path) -> dict[str, Any]:
+def _rss_mib() -> float:
+    """Resident set size now (Linux /proc), MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def memory(f: int, tmp: Path, trace: bool = False) -> dict[str, Any]:
+    """``f`` valid events, each of a new fake instance id; RSS (and, with ``trace``, tracemalloc's count, which
+    slows the run several times) after every 100,000 records: flat once the twin cap is reached."""
     import tracemalloc
 
     from shadowsim.shadow.config import InstanceConfig, ShadowConfig, SnapshotConfig
@@ -257,24 +265,33 @@ def memory(f: int, tmp: Path) -> dict[str, Any]:
 
     cfg = ShadowConfig(instances={"default": InstanceConfig(latency_backend="linear")},
                        snapshot=SnapshotConfig(dir=tmp / "mem", every_events=50_000))
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    tracemalloc.start()
-    samples = []
+    rss0 = _rss_mib()
+    if trace:
+        tracemalloc.start()
+    rss: list[float] = []
+    traced: list[float] = []
     from shadowsim.shadow.engine import engine_factory
     from shadowsim.shadow.service import ShadowService
 
+    t = time.process_time()
     svc = ShadowService(cfg, lambda a, r: StreamSource(fakes(), a), engine_factory)
     while True:
-        n = svc.run(max_records=100_000, poll_timeout_s=0, checkpoint_at_end=False)
-        samples.append(tracemalloc.get_traced_memory()[0])
+        n = svc.run(max_records=100_000, idle_timeout_s=0, poll_timeout_s=0, checkpoint_at_end=False)
+        rss.append(_rss_mib())
+        if trace:
+            traced.append(tracemalloc.get_traced_memory()[0] / 2**20)
         if n < 100_000:
             break
-    traced_peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return {"fake_ids": f, "twins_kept": len(svc.twins), "twin_cap_refused": svc.dead_letters().get("twin_cap", 0),
-            "traced_mib_after_100k": samples[0] / 2**20, "traced_mib_at_end": samples[-1] / 2**20,
-            "traced_peak_mib": traced_peak / 2**20,
-            "rss_growth_mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024}
+    cpu = time.process_time() - t
+    out = {"fake_ids": f, "twins_kept": len(svc.twins), "twin_cap_refused": svc.dead_letters().get("twin_cap", 0),
+           "rss_mib_start": rss0, "rss_mib_per_100k": [round(x, 1) for x in rss], "rss_mib_end": rss[-1],
+           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+           "router_cache_entries": len(svc.ranks._configured), "memory_cpu_s": cpu}
+    if trace:
+        out.update({"traced_mib_per_100k": [round(x, 1) for x in traced],
+                    "traced_peak_mib": tracemalloc.get_traced_memory()[1] / 2**20})
+        tracemalloc.stop()
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -284,6 +301,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--kafka-records", type=int, default=50_000, help="hostile records through Kafka (default 50,000)")
     ap.add_argument("--fake-ids", type=int, default=1_000_000, help="distinct fake instance ids (default 1,000,000)")
     ap.add_argument("--only", choices=["hostile", "kafka", "memory"], help="run one part")
+    ap.add_argument("--trace", action="store_true", help="memory: also tracemalloc's count (several times slower)")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     res: dict[str, Any] = {}
@@ -293,7 +311,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.only in (None, "kafka"):
             res.update(kafka(args.kafka_records, Path(tmp) / "k"))
         if args.only in (None, "memory"):
-            res.update(memory(args.fake_ids, Path(tmp) / "m"))
+            res.update(memory(args.fake_ids, Path(tmp) / "m", trace=args.trace))
     if not args.json:
         for k, v in res.items():
             print(f"  {k:<32} {v}")

@@ -295,6 +295,7 @@ class ShadowService:
         ids = [self.ranks.twin_id(ev) for ev in rec.events]  # one twin per DP rank (shadowsim/shadow/ranks.py)
         refused = self._admit(ps, rec, ids)
         if refused is not None:
+            self.ranks.roll_back()  # a refused record routes nothing (and a flood of new ids leaves no trace)
             self._reject(ps, rec, *refused)
             return False
         before: dict[str, tuple[int, int]] = {}  # iid -> (journal length, outputs) before this record
@@ -318,14 +319,17 @@ class ShadowService:
                 ps.dirty.add(iid)
                 self._held.add(iid)
         except RecordRejected as exc:
+            self.ranks.roll_back()
             self._roll_back(tp, ps, rec, before, created, clean=applied == 0, why=str(exc))
             self._reject(ps, rec, exc.reason, str(exc).split(": ", 1)[-1])
             return False
         except Exception as exc:  # noqa: BLE001 - no record may stop the service
+            self.ranks.roll_back()
             why = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
             self._roll_back(tp, ps, rec, before, created, clean=False, why=why)
             self._reject(ps, rec, "apply_error", why)
             return False
+        self.ranks.commit()
         ps.max_ts = max(ps.max_ts, max(ev.ts for ev in rec.events))
         return True
 
