@@ -10,9 +10,13 @@ and memory under a million distinct fake instance ids.
 * ``kafka``: the first ``M`` (default 50,000) hostile records (10 MB lines included) and the clean records through
   the embedded broker into a ``python -m shadowsim run`` process: exit status, the same comparison.
 * ``memory``: ``F`` (default 1,000,000) valid events, each of a new fake instance id, through one service with the
-  default twin cap; peak RSS and traced memory growth, twins kept, records refused (``twin_cap``).
+  default twin cap; RSS after every 100,000 records and peak RSS (tracemalloc's count with ``--trace``), twins
+  kept, records refused (``twin_cap``).
 
-``python -m benchmarks hostile [--json] [--records N] [--kafka-records M] [--fake-ids F]``.
+* ``victim`` (only with ``--only``): the victim instance's records among ``N`` hostile ones through one service, with
+  simcore's invariants checked after every record.
+
+``python -m benchmarks hostile [--json] [--records N] [--kafka-records M] [--fake-ids F] [--only PART] [--trace]``.
 """
 from __future__ import annotations
 
@@ -244,6 +248,46 @@ def _accounting(bs: str, topic: str, state: Path, sent: int) -> dict[str, Any]:
             "dlq_distinct_records": len(sources)}
 
 
+def victim(n: int, tmp: Path) -> dict[str, Any]:
+    """The victim instance's records among ``n`` hostile ones (the same seeded stream as ``hostile``), one by one
+    through a ``ShadowService`` (checkpoints every 5,000 of them, so rebuilds restore real checkpoints), with
+    ``simcore``'s invariants (``Server.check_invariants``) checked after every record: stops at the first one that
+    breaks them."""
+    from benchmarks.hostile import iter_hostile
+    from shadowsim.shadow.config import SnapshotConfig
+    from shadowsim.shadow.engine import engine_factory
+    from shadowsim.shadow.service import ShadowService
+    from shadowsim.shadow.sources import Record
+    from streams.kafka_io import RecordDecoder
+
+    sc, clean = _clean()
+    healthy = sorted({k.decode() for k, _ in clean if k})
+    cfg = sc.shadow.model_copy(update={"snapshot": SnapshotConfig(dir=tmp / "v", every_events=5000, every_s=1e9)})
+    svc = ShadowService(cfg, lambda a, r: StreamSource(iter(()), a), engine_factory, clock=lambda: 0.0)
+    dec = RecordDecoder("auto")
+    seen = checked = 0
+    violation = None
+    for key, value, kind in iter_hostile(n, 1, healthy):
+        if key != b"victim-0":
+            continue
+        events, err = dec(value, key, "h", 0, [], None)
+        svc.process(Record("h", 0, seen, key, events, err), flush=True)
+        seen += 1
+        if svc._checkpoint_due():
+            svc.checkpoint()
+        twin = svc.twins.get("victim-0")
+        if twin is not None and twin.engine is not None:
+            try:
+                twin.engine.server.check_invariants()
+                checked += 1
+            except AssertionError as exc:
+                violation = f"victim record {seen - 1} ({kind}): {exc}"
+                break
+    return {"victim_records": seen, "victim_applied": svc.counters["records_applied"], "victim_checked": checked,
+            "victim_violation": violation, "victim_twin_rebuilds": svc.counters["twin_rebuilds"],
+            "victim_twin_resets": svc.counters["twin_resets"]}
+
+
 def _rss_mib() -> float:
     """Resident set size now (Linux /proc), MiB."""
     with open("/proc/self/statm") as f:
@@ -300,7 +344,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--records", type=int, default=1_000_000, help="hostile records in memory (default 1,000,000)")
     ap.add_argument("--kafka-records", type=int, default=50_000, help="hostile records through Kafka (default 50,000)")
     ap.add_argument("--fake-ids", type=int, default=1_000_000, help="distinct fake instance ids (default 1,000,000)")
-    ap.add_argument("--only", choices=["hostile", "kafka", "memory"], help="run one part")
+    ap.add_argument("--only", choices=["hostile", "kafka", "memory", "victim"], help="run one part (victim: only "
+                    "with --only; simcore's invariants after every record of the victim instance)")
     ap.add_argument("--trace", action="store_true", help="memory: also tracemalloc's count (several times slower)")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -310,6 +355,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             res.update(hostile(args.records, Path(tmp) / "h"))
         if args.only in (None, "kafka"):
             res.update(kafka(args.kafka_records, Path(tmp) / "k"))
+        if args.only == "victim":
+            res.update(victim(args.records, Path(tmp) / "v"))
         if args.only in (None, "memory"):
             res.update(memory(args.fake_ids, Path(tmp) / "m", trace=args.trace))
     if not args.json:
