@@ -13,6 +13,7 @@ version family, following sglang-internals.md §2.12–2.13 and §6.1:
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -26,6 +27,7 @@ POLICIES: tuple[str, ...] = ("fcfs", "lpm", "dfs-weight", "lof", "random")
 GiB = 1024**3
 
 
+@lru_cache(maxsize=64)  # a pure function of the string; scheduling passes ask for it every time
 def version_family(version: str) -> VersionFamily:
     """Map an SGLang version string (``0.5.8.post1``, ``v0.4.6``) to the family whose rules we model."""
     m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
@@ -39,6 +41,7 @@ def version_family(version: str) -> VersionFamily:
     return "0.5.23"
 
 
+@lru_cache(maxsize=64)
 def _version_tuple(version: str) -> tuple[int, int, int]:
     m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
     assert m is not None

@@ -52,9 +52,14 @@ class StepTimeline:
     def add(self, ts: float, predicted_s: float) -> None:
         # Events of one instance arrive nearly in time order; an out-of-order step is placed at the newest time so
         # that S stays monotone (its duration is counted slightly late rather than lost).
-        t = max(ts, self.ts[-1]) if self.ts else ts
-        self.ts.append(t)
-        self.cum_s.append(self.total() + predicted_s)
+        tss, cum = self.ts, self.cum_s
+        if tss:
+            last = tss[-1]
+            tss.append(last if last > ts else ts)  # max(ts, last)
+            cum.append(cum[-1] + predicted_s)
+        else:
+            tss.append(ts)
+            cum.append(0.0 + predicted_s)
 
     def at(self, ts: float) -> float:
         """S(ts): summed predicted time of the steps that ended at or before ``ts``."""
@@ -98,6 +103,8 @@ def shape_of_forward_pass(ev: ForwardPass, graph_sizes: tuple[int, ...]) -> tupl
 
 
 def _spread(total: int, n: int) -> tuple[int, ...]:
+    if n == 1:
+        return (total,)
     q, r = divmod(total, n)
     return tuple(q + (1 if i < r else 0) for i in range(n))
 

@@ -110,6 +110,8 @@ class StepLatencyModel:
         self._kv_b_curve = (costs.gemm_curve(sh.mla_kv_b.n, sh.mla_kv_b.k, dts.attention)
                             if sh.mla_kv_b is not None else None)
         self._sm_version = (costs.roof.gpu if isinstance(costs, TableCosts) else costs.gpu).sm_version
+        mla_floor = profile.launch_s_per_mla_layer if self.shapes.is_mla else 0.0
+        self._launch_per_layer = mla_floor or profile.launch_s_per_layer  # eager floor per layer
         # sliding-window layers (simcore/perf/sliding_window.py): attention over at most `window` tokens
         self._window = model.sliding_window if model.num_swa_layers and not model.is_mla else 0
         self._swa_layers = model.num_swa_layers if self._window else 0
@@ -250,8 +252,9 @@ class StepLatencyModel:
         if decode_attention:
             gpu += self._k_gen * self._generation_attention_layers(bs, shape)
         if not graph:
-            # Eager mode: the CPU launches ~15 kernels per layer; a short step cannot beat its launches.
-            gpu = max(gpu, L * prof.launch_s_per_layer)
+            # Eager mode: the CPU launches ~15 kernels per layer; a short step cannot beat its launches. An MLA +
+            # MoE layer dispatches far more host-side ops (profile.launch_s_per_mla_layer, docs/accuracy.md §3.12).
+            gpu = max(gpu, L * self._launch_per_layer)
         gpu += prof.step_overhead_s + prof.gpu_per_req_s * n_req
         return StepTime(gpu, cpu)
 

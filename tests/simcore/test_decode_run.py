@@ -210,11 +210,13 @@ def test_numpy_blocks_give_the_same_floats_as_the_python_loop(monkeypatch, overl
     def plan(bound: float) -> tuple:  # type: ignore[type-arg]
         times = DecodeStepTimes(TABLE, spacing)
         times.long_steps = dr.PURE_PYTHON_STEPS  # numpy takes over long blocks past this many plain steps
-        starts, ends, cpu = dr.plan_run(times, 200, 200, 200 * 3000 + 17, 700, 5.0, 5.004, bound, overlap)
+        starts, ends, cpu = dr.plan_run(times, 200, 200, 200 * 3000 + 17, 1500, 5.0, 5.004, bound, overlap)
         gaps = dr.decode_gaps(ends, cpu, overlap, 4.9, 4.95, 0.001, vectorize=dr.NUMPY_FROM < 10**9)
         return starts, ends, cpu, gaps
 
-    for bound in (float("inf"), 7.3, 5.05):
+    whole = plan(float("inf"))  # blocks 8, 16, ..., 256 in Python, then 512 (numpy) and the rest
+    starts_of = whole[0] if overlap else whole[1]
+    for bound in (float("inf"), starts_of[900], starts_of[700], 5.05):  # inside the numpy block, before it
         vectorized = plan(bound)
         monkeypatch.setattr(dr, "NUMPY_FROM", 10**9)
         plain = plan(bound)
@@ -222,7 +224,7 @@ def test_numpy_blocks_give_the_same_floats_as_the_python_loop(monkeypatch, overl
         assert vectorized == plain
         nxt = plain[0] if overlap else plain[1]  # when each iteration after a step starts
         assert all(x < bound for x in nxt[:-1])  # every iteration of the run starts before the bound
-        assert len(nxt) == 700 or nxt[-1] >= bound  # and it stops at the first that would not
+        assert len(nxt) == 1500 or nxt[-1] >= bound  # and it stops at the first that would not
 
 
 def test_numpy_takes_over_long_blocks_only_after_the_pure_python_budget() -> None:
