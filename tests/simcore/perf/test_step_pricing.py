@@ -72,6 +72,39 @@ def test_prefix_decompression_cost_by_hand() -> None:
     assert lm.mla_prefix_s(0) == 0.0
 
 
+def test_new_tokens_on_the_mha_path_pay_kv_b_proj_by_hand() -> None:
+    # forward_mha.py forward_normal_prepare: kv = self.kv_b_proj(kv_a) over the batch's new tokens, then
+    # _concat_and_cast_mha_k builds k = [k_nope, k_pe]; the context-MLA table times the attention kernel alone.
+    lm = _model("b200")
+    sh = lm.shapes
+    new = 8192
+    # bytes per new token: read k_nope 16 heads × 128, read k_pe 64 (shared), write k 16 × 192; bf16
+    per_token = 2 * (16 * (128 + 192) + 64)
+    assert per_token == 10_368
+    gpu = load_gpu("b200")
+    traffic_s = new * per_token / (gpu.hbm_bytes_per_s * 0.80) + 2.5e-6  # neutral roofline, one kernel
+    assert traffic_s == pytest.approx(16.29e-6, rel=1e-3)  # 84.9 MB at 6.16 TB/s + 2.5 µs
+    gemm_s = lm._kv_b_curve(new) * 1e-3
+    # measured fp8-block GEMM, m = 8192, n = 4096, k = 512: 2·m·n·k = 34.4 GFLOP, 7.6 µs at the 4.5 PFLOPS peak
+    assert 7.6e-6 < gemm_s < 100e-6
+    assert lm.mla_new_tokens_mha_s(new) == pytest.approx(gemm_s + traffic_s, rel=1e-9)
+    assert lm.mla_new_tokens_mha_s(0) == 0.0
+    # an 8192-token prefill on Blackwell (MHA path) pays it once per layer on top of everything else
+    L = sh.num_layers
+    shape = BatchShape(extend_lens=(new,), prefix_lens=(0,))
+    expected = lm._dense_part(new, 1, False) + L * lm._context_attention((new,), (0,)) + L * lm.mla_new_tokens_mha_s(new)
+    assert lm.step_time(shape).gpu_s == pytest.approx(max(expected, L * lm._launch_per_layer) + NEUTRAL.step_overhead_s
+                                                      + NEUTRAL.gpu_per_req_s, rel=1e-9)
+    # dense models have no kv_b_proj
+    assert _qwen_b200().mla_new_tokens_mha_s(new) == 0.0
+
+
+def _qwen_b200() -> StepLatencyModel:
+    lm = build_latency_model(load_model("Qwen/Qwen3-32B"), load_gpu("b200"), 2, "bf16", profile=NEUTRAL)
+    assert isinstance(lm, StepLatencyModel)
+    return lm
+
+
 def test_mixed_batch_on_blackwell_decompresses_the_running_batch_kv() -> None:
     lm = _model("b200")
     L = lm.shapes.num_layers
@@ -82,7 +115,8 @@ def test_mixed_batch_on_blackwell_decompresses_the_running_batch_kv() -> None:
     same_tokens = lm._dense_part(2064 + 62, 1 + 62, False)
     ctx = L * lm._context_attention((2064,), (0,))
     # decode rows are 1-token extends whose prefix is their KV without the new token: 62 · 1500 − 62
-    expected = same_tokens + ctx + L * lm.mla_prefix_s(decode_kv - 62)
+    # plus kv_b_proj + k assembly over every new token of the batch: 2064 prefill + 62 decode rows
+    expected = same_tokens + ctx + L * (lm.mla_prefix_s(decode_kv - 62) + lm.mla_new_tokens_mha_s(2064 + 62))
     assert lm.step_time(mixed).gpu_s == pytest.approx(expected, rel=1e-9)
     # and no generation-attention kernel for the decode rows
     with_gen = expected + L * lm._generation_attention(62, decode_kv)
@@ -100,7 +134,7 @@ def test_mixed_batch_on_hopper_below_the_threshold_stays_absorbed() -> None:
     assert lm.step_time(small).gpu_s == pytest.approx(expected, rel=1e-9)
     big = BatchShape(extend_lens=(1024,), prefix_lens=(0,), num_decode=8, decode_sum_kv=8 * 1500)  # Σprefix 11992
     expected_big = (lm._dense_part(1024 + 8, 1 + 8, False) + L * lm._context_attention((1024,), (0,))
-                    + L * lm.mla_prefix_s(8 * 1500 - 8))
+                    + L * (lm.mla_prefix_s(8 * 1500 - 8) + lm.mla_new_tokens_mha_s(1024 + 8)))
     assert lm.step_time(big).gpu_s == pytest.approx(expected_big, rel=1e-9)
 
 
