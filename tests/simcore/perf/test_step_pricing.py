@@ -165,3 +165,39 @@ def test_the_server_kv_cache_dtype_reaches_the_attention_kernels() -> None:
                      for kv in ("auto", "fp8_e4m3"))
     long_decode = BatchShape(num_decode=128, decode_sum_kv=128 * 8000, cuda_graph_bs=128)
     assert fp8_b.step_time(long_decode).gpu_s < auto_b.step_time(long_decode).gpu_s
+
+
+def test_an_8k_deepseek_prefill_on_8_b200_against_its_physics_floor() -> None:
+    # One 8192-token prefill of DeepSeek-V3 at TP8 on B200 (block fp8, the InferenceX dsr1-fp8-b200-sglang
+    # deployment, docs/accuracy.md §3.12). Hand-derived FLOPs per rank (TP8: 16 of 128 heads, MoE inter 2048/8):
+    S, L, moe_layers = 8192, 61, 58
+    linear = 2 * S * ((1536 * 7168 + 3072 * 1536 + 576 * 7168 + 7168 * 2048) * L  # q_a, q_b, kv_a, o_proj
+                      + (4608 * 7168 + 7168 * 2304) * 3                          # dense MLP, first 3 layers
+                      + (512 * 7168 + 7168 * 256) * moe_layers)                  # shared expert
+    assert linear == pytest.approx(42.18e12, rel=1e-3)
+    routed = 2 * S * 8 * (512 * 7168 + 7168 * 256) * moe_layers  # top-8 experts, gate_up + down
+    kv_b = 2 * S * 4096 * 512 * L                               # forward_mha.py: kv_b_proj over the new tokens
+    attention = S * S / 2 * 16 * 2 * (192 + 128) * L            # causal QK (192) and PV (128), bf16
+    assert (routed, attention) == (pytest.approx(41.85e12, rel=1e-3), pytest.approx(20.96e12, rel=1e-3))
+    gpu = load_gpu("b200")
+    compute_floor = (linear + routed + kv_b) / gpu.peak_flops["fp8"] + attention / gpu.peak_flops["bf16"]
+    assert compute_floor == pytest.approx(28.5e-3, rel=0.01)
+    # 2 ring all-reduces per layer + 1 after the embedding of S × 7168 bf16: 2·7/8 of the message per rank on NVLink
+    comm_floor = (2 * L + 1) * 2 * 7 / 8 * S * 7168 * 2 / gpu.nvlink_bytes_per_s
+    assert comm_floor == pytest.approx(28.1e-3, rel=0.01)
+    lm = build_latency_model(DSV3, gpu, 8, "fp8", kv_cache_dtype="fp8_e4m3")  # shipped profile
+    step = lm.step_time(BatchShape(extend_lens=(S,), prefix_lens=(0,))).gpu_s
+    # the measured tables compose to ~3.3× the floor (MoE at inter 256 per rank runs at ~13% of fp8 peak)
+    assert 2.5 * (compute_floor + comm_floor) < step < 4.0 * (compute_floor + comm_floor)
+    # Which block-fp8 GEMM kernel runs bounds little of it: every linear GEMM of the prefill costs 25.8 ms on the
+    # DeepGEMM fp8_block table, 32.0 ms on the bf16 table (twice the FLOP time); InferenceX's
+    # SGL_ENABLE_JIT_DEEPGEMM=false swaps DeepGEMM for flashinfer's TRT-LLM groupwise kernel
+    # (fp8_utils.py _dispatch_auto_backend), for which no table exists.
+    sh, costs = lm.shapes, lm.costs
+
+    def all_linear_ms(dtype: str) -> float:
+        return (sum(costs.gemm_curve(g.n, g.k, dtype)(S) for g in sh.attn_gemms) * L
+                + sum(costs.gemm_curve(g.n, g.k, dtype)(S) for g in sh.dense_mlp_gemms) * 3
+                + sum(costs.gemm_curve(g.n, g.k, dtype)(S) for g in sh.shared_expert_gemms) * moe_layers)
+    block, bf16 = all_linear_ms("fp8_block"), all_linear_ms("bf16")
+    assert 20 < block < bf16 < 40 and bf16 - block < 0.05 * step * 1e3
