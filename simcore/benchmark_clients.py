@@ -19,6 +19,12 @@ response has arrived the server is idle, and then all C profiling clients fire t
   server still runs the prefill), ``randint(max(int(O·r), 1), O + 1)`` from 0.5.8 (``compute_random_lens``);
   0.5.7 was not read and follows the older rule;
 - ``--random-range-ratio`` defaults to 0.0 (lengths uniform in [1, I]); ``--seed`` to 1;
+- warm-up (optional, ``warmup_requests``): InferenceX's fork of vLLM's benchmark_serving
+  (SemiAnalysisAI/InferenceX ``utils/bench_serving/benchmark_serving.py``, ``--num-warmups``, which its
+  ``benchmark_lib.sh`` sets to 2 × max concurrency) sends that many copies of the first sampled request
+  (``test_input = input_requests[0]``) under the ``--max-concurrency`` semaphore and awaits them all
+  (``asyncio.gather``) before the measured run starts: a barrier, as aiperf's. SGLang's own bench_serving
+  warms up with one request (not simulated: 0 by default);
 - arrivals: the first request at once, then ``np.random.exponential(1 / R)`` seconds after each (``get_request``),
   from the same generator after the lengths (the same sequence as the real run when nothing else drew from it in
   between); ``R = inf`` sends everything at once; ``--max-concurrency`` limits requests in flight (a request
@@ -99,10 +105,13 @@ class BenchServingOpenLoop(_Workload):
     def __init__(self, request_rate: float, num_requests: int, input_len: int, output_len: int, *,
                  range_ratio: float = 0.0, seed: int = 1, sglang_version: str = "0.5.9",
                  max_concurrency: int | None = None, prompt_overhead_tokens: int = 0, ignore_eos: bool = True,
-                 rid_prefix: str = "req-") -> None:
+                 rid_prefix: str = "req-", warmup_requests: int = 0) -> None:
         super().__init__(rid_prefix)
-        if not request_rate > 0 or num_requests < 0 or not 0.0 <= range_ratio <= 1.0:
-            raise ValueError("request_rate must be > 0, num_requests >= 0, range_ratio in [0, 1]")
+        if not request_rate > 0 or num_requests < 0 or not 0.0 <= range_ratio <= 1.0 or warmup_requests < 0:
+            raise ValueError("request_rate must be > 0, num_requests >= 0, range_ratio in [0, 1], "
+                             "warmup_requests >= 0")
+        if warmup_requests and num_requests < 1:
+            raise ValueError("a warm-up copies the first request: num_requests must be >= 1")
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
         rng = np.random.RandomState(seed)
@@ -116,13 +125,18 @@ class BenchServingOpenLoop(_Workload):
             self.offsets_s = [0.0] + [float(x) for x in np.cumsum(gaps)]
         self.max_concurrency = max_concurrency
         self.ignore_eos = ignore_eos
+        # requests are numbered in sending order: the warm-up copies first (0 … W-1), then the measured ones
+        self.warmup_requests = warmup_requests
+        self.phase_start_s: float | None = None
 
     def _send(self, env: simpy.Environment, server, i: int, slots):  # type: ignore[no-untyped-def]
         if slots is not None:
             req = slots.request()
             yield req
-        spec = RequestSpec(f"{self.rid_prefix}{i}", float(env.now), self.input_lens[i], self.output_lens[i],
-                           self.output_lens[i], None, 1, self.ignore_eos)
+        W = self.warmup_requests
+        k = 0 if i < W else i - W  # a warm-up request is a copy of the first sampled one
+        spec = RequestSpec(f"{self.rid_prefix}{i}", float(env.now), self.input_lens[k], self.output_lens[k],
+                           self.output_lens[k], None, 1, self.ignore_eos)
         self.submitted.append(spec)
         yield server.submit(spec)
         self.finished += 1
@@ -130,13 +144,18 @@ class BenchServingOpenLoop(_Workload):
             slots.release(req)
 
     def _run(self, env: simpy.Environment, server):  # type: ignore[no-untyped-def]
+        W = self.warmup_requests
+        if W:
+            slots = simpy.Resource(env, self.max_concurrency) if self.max_concurrency else None
+            yield simpy.AllOf(env, [env.process(self._send(env, server, i, slots)) for i in range(W)])
+        self.phase_start_s = float(env.now)
         slots = simpy.Resource(env, self.max_concurrency) if self.max_concurrency else None
         start = env.now
         for i in range(len(self.input_lens)):
             delay = start + self.offsets_s[i] - env.now
             if delay > 0:
                 yield env.timeout(delay)
-            env.process(self._send(env, server, i, slots))
+            env.process(self._send(env, server, W + i, slots))
 
     def start(self, env: simpy.Environment, server) -> simpy.Process:  # type: ignore[no-untyped-def]
         return env.process(self._run(env, server))

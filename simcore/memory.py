@@ -80,6 +80,8 @@ def default_mem_fraction_static(gpu_memory_bytes: int, family: VersionFamily, tp
             reserved += cuda_graph_max_bs * 2 + (1.5 * 1024 if is_mla else prefill_graph_buckets * 8)
         if mem_mb > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
+        if speculative:  # 0.5.9 server_args.py _handle_gpu_memory_settings: "eagle draft models and cuda graphs"
+            reserved += 2 * 1024
     return round((mem_mb - reserved) / mem_mb, 3)
 
 
@@ -242,7 +244,7 @@ def size_kv_pool(model: "ModelSpec", gpu: "GpuSpec", settings: ServerSettings,
         frac = default_mem_fraction_static(
             gpu.memory_bytes, mem_fraction_family(s.sglang_version), s.tp_size, s.chunked_prefill_size,
             s.cuda_graph_max_bs or 160, pp_size=s.pp_size, max_prefill_tokens=s.max_prefill_tokens, is_mla=model.is_mla,
-            disable_cuda_graph=s.disable_cuda_graph)
+            disable_cuda_graph=s.disable_cuda_graph, speculative=s.speculative_algorithm is not None)
     tokens = max_total_num_tokens(gpu.memory_bytes, weights, cell, frac, s.page_size, s.max_total_tokens)
     ctx = s.context_length or model.context_length
     reqs = max_running_requests(tokens, ctx, s.max_running_requests, s.dp_size, s.family)

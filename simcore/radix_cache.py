@@ -122,8 +122,9 @@ class RadixCache:
 
     def _push(self, node: TreeNode) -> None:
         """Record ``node`` (an unlocked leaf) as an eviction candidate under its current stamp."""
-        heapq.heappush(self._heap, (node.last_access, node.tick, node.id))
-        if len(self._heap) > 4 * len(self._nodes) + 64:
+        heap = self._heap
+        heapq.heappush(heap, (node.last_access, node.tick, node.id))
+        if len(heap) > 4 * len(self._nodes) + 64:
             self._compact()
 
     def _compact(self) -> None:
@@ -179,11 +180,20 @@ class RadixCache:
                     now: float) -> tuple[tuple[int, ...], int, tuple[float, int]]:
         """The start both walks share: ``key`` cut to at most ``max_tokens`` (whole pages of key elements), its
         length in elements, and a fresh LRU stamp, with which the root is touched."""
-        key = key if isinstance(key, tuple) else tuple(key)
-        n = self._max_elems(len(key), max_tokens)
-        stamp = self._stamp(now)
-        self.root.last_access, self.root.tick = stamp
-        return key[:n], n, stamp
+        if type(key) is not tuple:
+            key = tuple(key)
+        n = len(key)
+        if max_tokens < 0:
+            max_tokens = 0
+        cap = max_tokens // self.key_unit
+        if cap < n:
+            n = cap
+        n -= n % self.g  # _max_elems, inlined
+        self._tick += 1
+        stamp = (now, self._tick)
+        root = self.root
+        root.last_access, root.tick = stamp
+        return (key if n == len(key) else key[:n]), n, stamp
 
     # ---- match / insert -------------------------------------------------------------------------------
     def match_prefix(self, key: Sequence[int], max_prefix_len: int, now: float) -> MatchResult:
@@ -193,19 +203,23 @@ class RadixCache:
         key, n, stamp = self._begin_walk(key, max_prefix_len, now)
         node = self.root
         pos = 0
+        g = self.g
         while pos < n:
-            child = node.children.get(self._child_key(key, pos))
+            child = node.children.get(key[pos] if g == 1 else key[pos:pos + g])
             if child is None:
                 break
-            k = _common_prefix(key, pos, child.key)
-            k -= k % self.g
+            ckey = child.key
+            k = _common_prefix(key, pos, ckey)
+            k -= k % g
             if k == 0:
                 break
-            if k < len(child.key):
+            if k < len(ckey):
                 # SGLang stamps the child before splitting it: the unmatched tail keeps this access time too
                 self._touch(child, stamp)
                 child = self._split(child, k)
-            self._touch(child, stamp)
+            child.last_access, child.tick = stamp  # _touch, inlined (a child is never the root)
+            if not child.children and child.lock_ref == 0:
+                self._push(child)
             pos += k
             node = child
         return MatchResult(node.end, node)
@@ -220,21 +234,26 @@ class RadixCache:
         key, n, stamp = self._begin_walk(key, num_tokens, now)
         node = self.root
         pos = 0
+        g = self.g
+        unit = self.key_unit
         while pos < n:
-            ck = self._child_key(key, pos)
+            ck = key[pos] if g == 1 else key[pos:pos + g]
             child = node.children.get(ck)
             if child is None:
-                node = self._new_node(node, key[pos:], (n - pos) * self.key_unit, ck, stamp)
-                return pos * self.key_unit, node
-            k = _common_prefix(key, pos, child.key)
-            k -= k % self.g
-            if k < len(child.key):
+                node = self._new_node(node, key[pos:], (n - pos) * unit, ck, stamp)
+                return pos * unit, node
+            ckey = child.key
+            k = _common_prefix(key, pos, ckey)
+            k -= k % g
+            if k < len(ckey):
                 self._touch(child, stamp)  # as in match_prefix: the tail is stamped before the split
                 child = self._split(child, k)
-            self._touch(child, stamp)
+            child.last_access, child.tick = stamp  # _touch, inlined (a child is never the root)
+            if not child.children and child.lock_ref == 0:
+                self._push(child)
             pos += k
             node = child
-        return n * self.key_unit, node
+        return n * unit, node
 
     def extend_unique(self, node: TreeNode, num_tokens: int, now: float) -> TreeNode:
         """Append ``num_tokens`` of never-matchable KV below ``node`` (content unknown); returns the new node."""
@@ -252,6 +271,26 @@ class RadixCache:
                 self.protected_size += node.ntok
             node.lock_ref += 1
             node = node.parent  # type: ignore[assignment]
+
+    def move_lock(self, old: TreeNode, new: TreeNode) -> None:
+        """``inc_lock_ref(new)`` then ``dec_lock_ref(old)``, walking only the part of ``new``'s path below ``old``
+        when ``old`` is on it (a checkpoint extends the path): the nodes from ``old`` up keep their count (one more,
+        one less, never reaching 0, so nothing enters the heap), so the result is the same."""
+        root = self.root
+        node = new
+        below: list[TreeNode] = []
+        while node is not old and node is not root:
+            below.append(node)
+            node = node.parent  # type: ignore[assignment]
+        if node is not old:  # old is not an ancestor of new
+            self.inc_lock_ref(new)
+            self.dec_lock_ref(old)
+            return
+        for n in below:
+            if n.lock_ref == 0:
+                self.evictable_size -= n.ntok
+                self.protected_size += n.ntok
+            n.lock_ref += 1
 
     def dec_lock_ref(self, node: TreeNode) -> None:
         """Release one lock on the path; nodes reaching 0 become evictable (leaves enter the heap)."""
@@ -280,17 +319,21 @@ class RadixCache:
         """
         freed = 0
         heap = self._heap
+        nodes = self._nodes
+        root = self.root
+        pop = heapq.heappop
         while freed < num_tokens and heap:
-            node = self._valid(heapq.heappop(heap))
-            if node is None:
+            entry = pop(heap)
+            node = nodes.get(entry[2])  # _valid, inlined
+            if node is None or node.children or node.lock_ref or node.tick != entry[1] or node is root:
                 continue
             parent = node.parent
             assert parent is not None
             del parent.children[node.ckey]
-            del self._nodes[node.id]
+            del nodes[node.id]
             freed += node.ntok
             self.evictable_size -= node.ntok
-            if parent is not self.root and not parent.children and parent.lock_ref == 0:
+            if parent is not root and not parent.children and parent.lock_ref == 0:
                 self._push(parent)
                 heap = self._heap  # _push may have compacted it into a new list
         return freed

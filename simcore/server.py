@@ -46,9 +46,11 @@ from simcore.scheduler import (AddResult, NewTokenRatio, PrefillAdder, order_wai
 from simcore.server_results import ResultProcessor
 from simcore.server_state import Batch, Req, ReservationSum
 from simcore.settings import ServerSettings, resolve
+from simcore.speculative import SpeculativeDecoding
 
 WAITING_PREFIX_REFRESH_INTERVAL = 32   # §2.4: scheduling passes between two refreshes
 WAITING_PREFIX_REFRESH_MAX_QUEUE = 128  # §2.4: waiting requests touched per refresh
+RECV_SKIPPER_WEIGHT_OTHER = 1000  # SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DEFAULT (0.5.9 environ.py): non-decode passes
 LATE = 2  # SimPy priority: URGENT=0, NORMAL=1; our wake-ups run after every same-time event
 
 
@@ -62,16 +64,30 @@ class Server(ResultProcessor, DecodeRuns):
                  on_finish: Callable[[RequestRecord], None] | None = None,
                  max_running_requests: int | None = None, context_len: int | None = None,
                  tokenize_s: float = 0.0, detokenize_s: float = 0.0, fast: bool = True,
-                 decode_run_spacing: float = DEFAULT_MAX_REL_SPACING, _start: bool = True) -> None:
-        if settings.chunked_prefill_size is None or settings.cuda_graph_bs is None:
+                 decode_run_spacing: float = DEFAULT_MAX_REL_SPACING, signal_finishes: bool = True,
+                 speculative: SpeculativeDecoding | None = None, _start: bool = True) -> None:
+        if (settings.chunked_prefill_size is None or settings.cuda_graph_bs is None
+                or settings.speculative_algorithm is not None):  # (resolve applies what speculation forces)
             settings = resolve(settings, None)
+        if (settings.speculative_algorithm is None) != (speculative is None):
+            raise ValueError("a speculative server needs both --speculative-algorithm in its settings and its "
+                             "SpeculativeDecoding (simcore.speculative.build_speculative), a plain one neither")
+        if speculative is not None and latency is not speculative and getattr(latency, "base", None) is not speculative:
+            raise ValueError("a speculative server prices its steps with its SpeculativeDecoding (or a wrapper "
+                             "of it, e.g. calibration factors): pass it as the latency model too")
         self.env = env
         self.settings = settings
+        # speculative decoding (simcore.speculative): ``latency`` prices its iterations (draft + verify) and
+        # prefills (target + draft extend); ``spec`` draws the accepted lengths; decode goes through _decode_spec
+        self.spec = speculative
         self.latency = latency
         self.rng = rng if rng is not None else LazyGenerator(0)  # a numpy Generator (made on first draw)
         self.observer = observer
         self.on_finish = on_finish
         self.fast = fast
+        # False: finish events and on_finish are never triggered, ``records`` is all: no SimPy event per finish,
+        # so the loop need not yield for one (simulate, when nothing watches finishes: open-loop arrivals)
+        self.signal_finishes = signal_finishes
         self.tokenize_s = tokenize_s      # HTTP-side tokenization before the scheduler sees the request
         self.detokenize_s = detokenize_s  # detokenizer + HTTP hop added to every emitted token's time
         # serial host-side stages (settings, docs/accuracy.md §3.5); *_free: when the stage is next idle
@@ -138,9 +154,18 @@ class Server(ResultProcessor, DecodeRuns):
         # decode runs (simcore.decode_run): jump over stretches of identical decode steps. Off with an observer
         # (it wants every step), host output stages or pages > 1 (their per-step work is not modelled in a run),
         # and for latency models that do not declare a pure step time (random per call, clock-dependent)
+        # --scheduler-recv-interval (Scheduler.recv_requests + SchedulerRecvSkipper, sglang 0.5.9
+        # managers/scheduler_recv_skipper.py): before each pass the counter grows by the weight of the batch the
+        # previous pass launched (decode 1, none 1, any other mode 1000); new requests are polled only when it
+        # reaches the interval (then it restarts at 0). 1 = poll every pass (no skipper).
+        self.recv_interval = settings.scheduler_recv_interval
+        self.recv_counter = self.recv_interval  # a new server has idled (warm-up, waiting): its first poll is due
+        self.last_kind: str | None = None  # kind of the batch the previous pass launched (None: nothing)
         self.decode_runs = (fast and observer is None and not self.out_on and self.page == 1
-                            and has_pure_step_time(latency))  # runs price steps ahead of their time
-        self.run_times = DecodeStepTimes(latency, decode_run_spacing)
+                            and self.recv_interval == 1  # a run would ingest at passes that skip the poll
+                            and speculative is None  # accepted lengths are drawn per step
+                            and has_pure_step_time(self.latency))  # runs price steps ahead of their time
+        self.run_times = DecodeStepTimes(self.latency, decode_run_spacing)
         self.proc = env.process(self._run()) if _start else None
 
     # ---- public -------------------------------------------------------------------------------------
@@ -220,15 +245,18 @@ class Server(ResultProcessor, DecodeRuns):
                 self._apply(self.due, self.t)
                 self.due = None
             t = self.t
-            # ingest: arrivals are picked up only at iteration starts (§6.3, §8.3.15)
+            # ingest: arrivals are picked up only at iteration starts (§6.3, §8.3.15), and with a recv interval
+            # only at the passes whose poll is due
             pend = self.pending
-            while pend and pend[0][0] <= t:
+            poll = self.recv_interval == 1 or self._recv_due()
+            while poll and pend and pend[0][0] <= t:
                 req = heapq.heappop(pend)[2]
                 req.wait_entry_s = req.ingest_s
                 self.waiting.append(req)
             if self.decode_runs and self._decode_run(t):
                 batch = None  # a run of decode iterations was done; self.t is the iteration after it
             elif (batch := self._schedule(t)) is not None:
+                self.last_kind = batch.kind
                 if self.decode_runs and batch.kind == "decode":  # priced like a run's steps (same knots)
                     sh = batch.shape
                     gpu, cpu = self.run_times.one(sh.num_decode, sh.cuda_graph_bs, sh.decode_sum_kv)
@@ -262,11 +290,16 @@ class Server(ResultProcessor, DecodeRuns):
                                              batch.retracted))
                 self.t = nxt
             elif self.inflight is not None:  # overlap: nothing new to launch; process the last result
+                self.last_kind = None
                 self.due = self.inflight
                 self.inflight = None
                 self.t = self.due.emit_s = max(t, self.due.gpu_end)
             else:
                 self.ratio.reset()  # Scheduler.on_idle()
+                # idle passes take microseconds and each adds 1 to the recv counter: by the time a request
+                # arrives at an idle server, its poll is due
+                self.last_kind = None
+                self.recv_counter = self.recv_interval
                 # requests submitted ahead of time count as pending only from their submission time on
                 ahead = self.ahead
                 while ahead and ahead[0] <= t:
@@ -288,9 +321,19 @@ class Server(ResultProcessor, DecodeRuns):
                 else:
                     continue
             due = self.due
-            if (not self.fast or self.t >= env.peek() or (due is not None and due.finishers)
+            if (not self.fast or self.t >= env.peek() or (due is not None and due.finishers and self.signal_finishes)
                     or self.t < env.now):
                 yield self._late(self.t - env.now)
+
+    def _recv_due(self) -> bool:
+        """``SchedulerRecvSkipper.handle(last_forward_mode)``, once per pass: add the weight of the batch the previous
+        pass launched (decode or none: 1; prefill or mixed: 1000, ``SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_*``) and
+        poll (True, the counter back to 0) once it reaches the interval."""
+        self.recv_counter += 1 if self.last_kind in (None, "decode") else RECV_SKIPPER_WEIGHT_OTHER
+        if self.recv_counter < self.recv_interval:
+            return False
+        self.recv_counter = 0
+        return True
 
     # ---- scheduling (get_next_batch_to_run, §2.2) ---------------------------------------------------
     def _schedule(self, t: float) -> Batch | None:
@@ -307,6 +350,8 @@ class Server(ResultProcessor, DecodeRuns):
             if batch is not None:
                 return batch
         if self.decoding or zombies:
+            if self.spec is not None:
+                return self._decode_spec(t)
             return self._decode(t, zombies)  # type: ignore[arg-type]
         return None
 
@@ -466,9 +511,12 @@ class Server(ResultProcessor, DecodeRuns):
         r.in_decoding = True
         r.ver += 1
         self.decoding[r.rid] = r
-        self.res.add(r, self._group(r), decoding=True)
         self.sum_kv += r.input_len + r.out_len_base
         self.joined.append(r)
+        if self.spec is not None:  # its terms and finish are recomputed every iteration (_decode_spec)
+            self.res.add(r, self._group(r), decoding=False)
+            return
+        self.res.add(r, self._group(r), decoding=True)
         self.seq += 1
         heapq.heappush(self.fin_heap, (r.launches_base + r.output_len - r.out_len_base, self.seq, r.rid, r.ver))
 
@@ -581,6 +629,86 @@ class Server(ResultProcessor, DecodeRuns):
             b.retracted = tuple(retracted)
         nrows, sum_kv = self._launch_decode_rows(b, zombies, need)
         b.shape = BatchShape((), (), nrows, sum_kv, (), self._pad(nrows))
+        return b
+
+    def _decode_spec(self, t: float) -> Batch | None:
+        """A speculative decode iteration (simcore.speculative; 0.5.9 scheduler ``update_running_batch`` with
+        ``spec_algorithm`` set): the memory check reserves the draft tokens of every request
+        (``new_tokens_required_next_decode``), retraction takes requests from the back of the batch
+        (``retract_decode``: "for spec decoding ... we can only retract from the back"), then each request
+        accepts L tokens: KV grows by L (the rejected drafts' slots are freed after verify), L tokens reach the
+        client together. No overlap (forced off), so no EOS zombies."""
+        kv = self.kv
+        spec = self.spec
+        need = spec.config.decode_reservation(len(self.decoding), self.page)
+        retracted: list[str] = []
+        if kv.free + kv.tree.evictable_size < need:
+            order = list(self.decoding.values())
+            while kv.available() < need and len(self.decoding) > 1:
+                r = order.pop()
+                self._retract(r, t)
+                retracted.append(r.rid)
+                need = spec.config.decode_reservation(len(self.decoding), self.page)
+            if kv.available() < need:  # even one request does not fit: SGLang aborts it
+                for r in list(self.decoding.values()):
+                    self._leave_r(r)
+                    r.held = self._ceil(r.input_len + r.out_len_base - 1)
+                    self._abort(r, t)
+                return None
+            rem = list(self.decoding.values())
+            self.ratio.current = NewTokenRatio.after_retract(
+                [r.out_len for r in rem], [r.max_new for r in rem], self.settings.retract_decode_steps)
+        else:
+            self.ratio.decay_step()
+        self.bid += 1
+        b = Batch(self.bid, "decode")
+        if retracted:
+            b.retracted = tuple(retracted)
+        if not kv.alloc(need):  # the verify pass's draft slots (check_decode_mem evicted for them)
+            raise RuntimeError("speculative decode allocation failed after the capacity check")
+        rows = list(self.decoding.values())
+        sum_kv_before = self.sum_kv
+        G = self.launch_counter[0]
+        lens = spec.accept([r.output_len - (r.out_len_base + G - r.launches_base) for r in rows])
+        b.n_emit = len(rows)
+        if self.joined:
+            b.newcomers = [r for r in self.joined if r.in_decoding]
+            self.joined = []
+        self.launch_counter[0] = G + 1
+        b.g_after = G + 1
+        # per request: out grows by n (the launch counter adds one, out_len_base the other n − 1), its reservation
+        # term min(max(max_new − out, 0), CLIP) is updated in place (decoding requests are held in the
+        # ReservationSum as fixed terms under speculation), its KV by the pages n more positions need
+        sums = self.res.sums
+        clip = self.res.clip
+        page1 = self.page == 1
+        ceil = self._ceil
+        kept = 0
+        added = 0
+        finished: list[Req] = []
+        for r, n in zip(rows, lens):
+            pre = r.out_len_base + G - r.launches_base  # outputs before this step
+            left = r.max_new - pre
+            old = left if left < clip else clip
+            left -= n
+            new = left if left < clip else clip
+            sums[r.res_group] += (new if new > 0 else 0) - (old if old > 0 else 0)
+            r.out_len_base += n - 1
+            if page1:
+                kept += n
+            else:
+                start = r.input_len + pre - 1  # KV positions before this step: prompt + outputs − 1
+                kept += ceil(start + n) - ceil(start)
+            added += n
+            if pre + n >= r.output_len:
+                finished.append(r)
+        self.sum_kv += added
+        for r in finished:
+            self._leave_r(r)
+            r.last_bid = b.bid
+            self._to_finishing(r, b)
+        kv.free_tokens(need - kept)  # the rejected drafts
+        b.shape = BatchShape((), (), len(rows), sum_kv_before, (), self._pad(len(rows)))
         return b
 
     def _retract(self, r: Req, t: float) -> None:

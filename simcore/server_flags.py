@@ -42,6 +42,9 @@ class ServerFlag:
     choices: tuple[str, ...] | None = None
     sglang: bool = True
     convert: Callable[[Any], Any] | None = None
+    # a modelling assumption of ours that a measurement file's server_args may state next to the real flags
+    # (what the real server's behaviour was, e.g. its acceptance length), although SGLang has no such flag
+    assumption: bool = False
 
     @property
     def dest(self) -> str:
@@ -67,6 +70,24 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
     ServerFlag("--moe-a2a-backend", "moe_a2a_backend", str,
                "MoE all-to-all: none (all-reduce after the experts) or deepep (dispatch/combine; sets ep = tp)",
                "none", choices=("none", "deepep")),
+    ServerFlag("--speculative-algorithm", "speculative_algorithm", str,
+               "speculative decoding: EAGLE, EAGLE3 or NEXTN (DeepSeek's MTP layer; MTP is an alias): draft steps "
+               "+ one verify pass per decode iteration, several tokens per request per step; forces the overlap "
+               "scheduler and mixed chunk off and max running requests 48 unless given (SGLang 0.5.9; "
+               "simcore/speculative.py)", choices=("EAGLE", "EAGLE3", "NEXTN", "MTP")),
+    ServerFlag("--speculative-num-steps", "speculative_num_steps", int,
+               "draft steps per iteration (default: 3, Llama 5, as SGLang's auto choice)"),
+    ServerFlag("--speculative-eagle-topk", "speculative_eagle_topk", int,
+               "draft branches per step (default 1; Llama 4)"),
+    ServerFlag("--speculative-num-draft-tokens", "speculative_num_draft_tokens", int,
+               "tokens verified per request per iteration (num-steps + 1 when topk is 1)"),
+    ServerFlag("--speculative-draft-model-path", "speculative_draft_model_path", str,
+               "the draft model (priced as one decoder layer of the target's shape with its LM head)"),
+    ServerFlag("--speculative-accept-length", "speculative_accept_length", float,
+               "shadowsim's assumption, not an SGLang flag: mean accepted tokens per request per verify pass, "
+               "bonus token included (SGLang's logged 'accept len'); drawn per request and step from the chain "
+               "distribution with this mean (default: each draft token accepted with probability 0.7)",
+               sglang=False, assumption=True),
     ServerFlag("--page-size", "page_size", int, "KV page size in tokens (default 1)", 1),
     ServerFlag("--kv-cache-dtype", "kv_cache_dtype", str, "auto (model dtype), fp8_e4m3, fp8_e5m2", "auto"),
     ServerFlag("--swa-full-tokens-ratio", "swa_full_tokens_ratio", float,
@@ -84,6 +105,8 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
                convert=lambda v: None if v is None else tuple(sorted(set(v)))),
     ServerFlag("--disable-cuda-graph-padding", "disable_cuda_graph_padding", "switch",
                "capture every batch size up to the largest (no padding)", False),
+    ServerFlag("--scheduler-recv-interval", "scheduler_recv_interval", int,
+               "poll for new requests every N decode steps (any other step: at the next pass; default 1)", 1),
     ServerFlag("--stream-interval", "stream_interval", int, "decode steps per streamed chunk (default 1)", 1),
     ServerFlag("--prefill-max-requests", "prefill_max_requests", int,
                "cap on requests admitted into one prefill batch (default: none)"),
@@ -130,7 +153,7 @@ def add_server_flags(group: Any, add: Callable[..., None] | None = None, *, defa
     ``group.add_argument`` (``sweep`` turns some options into lists); ``defaults=False`` leaves flags that are not
     given out of the namespace; ``sglang_only`` leaves out shadowsim's own options."""
     for f in SERVER_FLAGS:
-        if sglang_only and not f.sglang:
+        if sglang_only and not f.sglang and not f.assumption:
             continue
         kw: dict[str, Any] = {"help": f.help}
         if f.kind == "switch":
@@ -211,7 +234,7 @@ def parse_server_args(text: str | None, source: str = "server_args", *, tp: int 
             i += 1
             continue
         flag = BY_DEST.get(name.lstrip("-").replace("-", "_"))
-        if name.startswith("--") and flag is not None and not flag.sglang:
+        if name.startswith("--") and flag is not None and not flag.sglang and not flag.assumption:
             raise UserError("server_args", f"{source}: {name} is not an SGLang launch flag",
                             "give the version in the sglang_version column; environment knobs are not flags")
         kept.append(tok)

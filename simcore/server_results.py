@@ -76,6 +76,9 @@ class ResultProcessor:
             queue_time_s=r.queue_time_s, num_retractions=r.num_retractions, aborted=aborted)
         self.records.append(rec)
         del self.reqs[r.rid]
+        if not self.signal_finishes:  # nobody waits on finish events (Server docstring): the record is all
+            self.events.pop(rec.rid, None)
+            return
         if t > self.env.now:
             # the client sees it later (detokenize_s, or an abort decided while the loop runs ahead of
             # env.now): signal it at its own time; kept in the snapshot until then

@@ -73,6 +73,7 @@ def snapshot(srv: "Server") -> dict[str, Any]:
         "ratio": srv.ratio.current, "seq": srv.seq, "bid": srv.bid, "steps": srv.steps,
         "num_retractions": srv.num_retractions, "num_preemptions": srv.num_preemptions,
         "refresh_calls": srv.refresh_calls, "kv_peak_used": srv.kv_peak_used,
+        "recv_counter": srv.recv_counter, "last_kind": srv.last_kind,
         "last_decode_apply": srv.last_decode_apply, "last_decode_apply_g": srv.last_decode_apply_g,
         "emit_floor": srv.emit_floor, "out_free": srv.out_free, "tok_free": srv.tok_free,
         "itl_vals": list(srv.itl_vals), "itl_w": list(srv.itl_w),
@@ -86,6 +87,7 @@ def snapshot(srv: "Server") -> dict[str, Any]:
         "inflight": batch_to_state(srv.inflight), "due": batch_to_state(srv.due),
         "kv": srv.kv.to_state(),
         "rng": srv.rng.bit_generator.state,
+        "speculative": srv.spec.to_state() if srv.spec is not None else None,  # its draws and counters
         "deferred": [[t, rec.to_dict()] for t, rec in srv.deferred],
     }
 
@@ -135,7 +137,11 @@ def restore(cls: type["Server"], env: simpy.Environment, snap: dict[str, Any], s
     srv.tok_free = snap.get("tok_free", srv.tok_free)
     srv.num_preemptions = snap.get("num_preemptions", 0)  # priority preemption, waiting-prefix refresh
     srv.refresh_calls = snap.get("refresh_calls", 0)      # (absent in older snapshots)
+    srv.recv_counter = snap.get("recv_counter", 0)        # --scheduler-recv-interval's poll counter
+    srv.last_kind = snap.get("last_kind")
     srv.ratio.current = snap["ratio"]
+    if srv.spec is not None and snap.get("speculative") is not None:
+        srv.spec.load_state(snap["speculative"])
     srv.itl_vals, srv.itl_w = list(snap["itl_vals"]), list(snap["itl_w"])
     for t, d in snap.get("deferred", []):
         rec = RequestRecord(**d)

@@ -13,6 +13,7 @@ version family, following sglang-internals.md §2.12–2.13 and §6.1:
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -26,6 +27,7 @@ POLICIES: tuple[str, ...] = ("fcfs", "lpm", "dfs-weight", "lof", "random")
 GiB = 1024**3
 
 
+@lru_cache(maxsize=64)  # a pure function of the string; scheduling passes ask for it every time
 def version_family(version: str) -> VersionFamily:
     """Map an SGLang version string (``0.5.8.post1``, ``v0.4.6``) to the family whose rules we model."""
     m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
@@ -39,6 +41,7 @@ def version_family(version: str) -> VersionFamily:
     return "0.5.23"
 
 
+@lru_cache(maxsize=64)
 def _version_tuple(version: str) -> tuple[int, int, int]:
     m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
     assert m is not None
@@ -73,6 +76,11 @@ class ServerSettings(BaseModel):
     speculative_num_steps: int | None = Field(None, ge=1)
     speculative_eagle_topk: int | None = Field(None, ge=1)
     speculative_num_draft_tokens: int | None = Field(None, ge=1)
+    speculative_draft_model_path: str | None = None  # the draft's weights; its shape is one decoder layer either way
+    # Not an SGLang flag: the mean accepted length per verify pass, bonus token included (what SGLang logs as
+    # ``accept len``); the per-draft-token acceptance of the chain that has this mean is drawn per request and
+    # step (simcore/speculative.py AcceptanceModel). None: DEFAULT_DRAFT_ACCEPT_PROB per draft token.
+    speculative_accept_length: float | None = Field(None, ge=1)
     kv_cache_dtype: str = "auto"
     # Hybrid sliding-window KV memory (SGLang --swa-full-tokens-ratio, --disable-hybrid-swa-memory): for the
     # architectures SGLang gives a separate SWA pool (gpt-oss), the ratio of SWA-layer to full-layer KV tokens
@@ -94,6 +102,10 @@ class ServerSettings(BaseModel):
     cuda_graph_max_bs: int | None = Field(None, ge=1)
     cuda_graph_bs: tuple[int, ...] | None = None
     stream_interval: int = Field(1, ge=1)
+    # --scheduler-recv-interval (sglang 0.5.9 managers/scheduler_recv_skipper.py): the scheduler polls for new
+    # requests only when a counter, raised by 1 after a decode step (or an idle pass) and by 1000 after any other
+    # step, reaches this value; 1 (the default) polls every iteration.
+    scheduler_recv_interval: int = Field(1, ge=1)
     # Environment knobs of the scheduler (SGLANG_* variables), with SGLang's defaults.
     init_new_token_ratio: float = Field(0.7, gt=0, le=1)
     # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR may exceed 1: the floor is then clamped to 1.0 and the "decay" turns into a
@@ -246,6 +258,38 @@ def cuda_graph_batch_sizes(max_bs: int, family: VersionFamily, gpu_memory_bytes:
     return tuple(out)
 
 
+SPECULATIVE_DEFAULT_MAX_RUNNING_REQUESTS = 48  # 0.5.9 server_args.py _handle_speculative_decoding
+
+
+def speculative_cuda_graph_batch_sizes(max_bs: int) -> tuple[int, ...]:
+    """The decode batch sizes SGLang captures for a speculative server (0.5.9 server_args.py
+    ``_generate_cuda_graph_batch_sizes``, spec branch: "less padding for smaller batch sizes"), ≤ max_bs."""
+    sizes = (list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4)) + list(range(72, 257, 8))
+             + list(range(272, max_bs + 1, 16)))
+    return tuple(s for s in sizes if s <= max_bs)
+
+
+def _speculative_overrides(settings: ServerSettings, gpu_memory_bytes: int | None) -> dict[str, object]:
+    """What 0.5.9 ``server_args.py::_handle_speculative_decoding`` forces for EAGLE/EAGLE3/NEXTN: max running
+    requests 48 unless given, the overlap scheduler off (spec v1; SGLANG_ENABLE_SPEC_V2 is off by default,
+    environ.py), mixed chunked prefill off; and the spec CUDA-graph list, cut at the request pool
+    (cuda_graph_runner.py ``get_batch_sizes_to_capture``: sizes above req_to_token_pool.size dropped, that size
+    added). ``cuda_graph_max_bs`` stays the GPU default: SGLang sizes the graph memory before the 48 is set."""
+    upd: dict[str, object] = {"disable_overlap_schedule": True, "enable_mixed_chunk": False}
+    running = settings.max_running_requests or SPECULATIVE_DEFAULT_MAX_RUNNING_REQUESTS
+    upd["max_running_requests"] = running
+    max_bs = settings.cuda_graph_max_bs
+    if max_bs is None:
+        max_bs = default_cuda_graph_max_bs(gpu_memory_bytes, settings.family, settings.tp_size)
+        upd["cuda_graph_max_bs"] = max_bs
+    if settings.cuda_graph_bs is None:
+        cap = min(max_bs, running)
+        sizes = (tuple(range(1, cap + 1)) if settings.disable_cuda_graph_padding
+                 else speculative_cuda_graph_batch_sizes(cap))
+        upd["cuda_graph_bs"] = tuple(sorted(set(sizes) | {cap}))
+    return upd
+
+
 # SGLang ≤ 0.4.0.post1 (read: sglang-0.4.0.post1 wheel): ``cuda_graph_max_bs`` is 160 unless the GPU has under
 # 25,000 MB (then 8 below TP4, else 80; srt/server_args.py ServerArgs.__post_init__), and the captured sizes are
 # ``[1, 2, 4] + [8, 16, …, 160]`` (srt/model_executor/cuda_graph_runner.py CudaGraphRunner.__init__). Decode
@@ -269,6 +313,8 @@ def resolve(settings: ServerSettings, gpu_memory_bytes: int | None) -> ServerSet
     """Fill the GPU-dependent defaults (chunked prefill size, CUDA-graph sizes, policy). Idempotent."""
     fam = settings.family
     upd: dict[str, object] = {}
+    if settings.speculative_algorithm is not None:  # idempotent: a second pass changes nothing
+        settings = settings.model_copy(update=_speculative_overrides(settings, gpu_memory_bytes))
     if settings.schedule_policy is None:
         upd["schedule_policy"] = settings.policy
     early = _version_tuple(settings.sglang_version) <= LAST_EARLY_04_GRAPH_VERSION

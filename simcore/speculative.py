@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
 from simcore.errors import UserError
 from simcore.perf.base import BatchShape, LatencyModel, StepTime
@@ -75,18 +75,53 @@ class SpeculativeConfig:
         """Most tokens one iteration can emit per request: every draft step accepted plus the bonus token."""
         return self.num_steps + 1
 
+    def decode_reservation(self, num_reqs: int, page_size: int = 1) -> int:
+        """KV slots a decode iteration needs free (0.5.9 schedule_batch.py ``new_tokens_required_next_decode``,
+        spec branch): ``max(num_steps × topk, num_draft_tokens) × requests``, page-aligned with pages > 1 (plus the
+        last partial page when topk > 1). The draft tokens are allocated for the verify pass and the rejected
+        ones freed after it (eagle_info.py ``EagleVerifyInput.verify``)."""
+        per_topk, tokens = self.num_steps, self.num_draft_tokens
+        if page_size > 1:
+            extra = page_size if self.eagle_topk > 1 else 0
+            per_topk = -(-(per_topk + extra) // page_size) * page_size
+            tokens = -(-tokens // page_size) * page_size
+        return max(per_topk * self.eagle_topk, tokens) * num_reqs
+
     def iteration_time(self, target: LatencyModel, draft: LatencyModel, batch: int, sum_kv: int,
-                       accept_len: float) -> StepTime:
-        """One speculative iteration of ``batch`` decoding requests holding ``sum_kv`` KV tokens in all."""
+                       accept_len: float = 0.0, cuda_graph_bs: int | None = None) -> StepTime:
+        """One speculative iteration of ``batch`` decoding requests holding ``sum_kv`` KV tokens in all, as the
+        0.5.9 EAGLE worker runs it (speculative/eagle_worker.py ``forward_batch_generation``, decode branch):
+
+        - ``draft``: ``draft_forward`` runs the draft model num_steps − 1 times (the loop breaks before the last
+          step's forward), each a decode of ``batch × topk`` rows;
+        - ``verify``: one target forward (``ForwardMode.TARGET_VERIFY``) over ``num_draft_tokens`` tokens per
+          request, captured in CUDA graphs with ``num_tokens_per_bs`` = num_draft_tokens
+          (eagle_worker.py ``init_cuda_graphs`` → cuda_graph_runner.py);
+        - ``forward_draft_extend_after_decode``: one draft forward (``DRAFT_EXTEND``) over ``num_steps + 1``
+          tokens per request (padded to that in its CUDA graph), which also proposes the next first draft token.
+
+        Verify and draft extend are decode-like passes, not prefills: MLA models run them on the absorbed MLA
+        kernel over each request's KV with q_len tokens, not on the MHA prefix path of a plain extend
+        (models/deepseek_common/attention_backend_handler.py ``handle_attention_trtllm_mla``: MHA_CHUNKED_KV
+        only when ``forward_mode.is_extend_without_speculative()``; trtllm_mla_backend.py handles
+        ``is_target_verify()`` / ``is_draft_extend()`` with the decode kernel and its q_len). Each
+        is priced as a decode of ``batch × tokens`` rows whose KV is read once per request (Σkv = ``sum_kv``):
+        the GEMMs see every token, the attention traffic is the requests' KV. ``accept_len`` is not used (the
+        padded draft extend does not depend on it); kept for callers that pass it. The host pass is the
+        target's (``cpu_s`` of the verify forward)."""
         kv = max(1, sum_kv // max(1, batch))
-        draft_step = draft.step_time(BatchShape(num_decode=batch * self.eagle_topk,
-                                                decode_sum_kv=batch * self.eagle_topk * kv,
-                                                cuda_graph_bs=batch * self.eagle_topk))
-        verify = target.step_time(BatchShape(extend_lens=(self.num_draft_tokens,) * batch,
-                                             prefix_lens=(kv,) * batch))
-        accepted = max(1, round(accept_len))
-        extend = draft.step_time(BatchShape(extend_lens=(accepted,) * batch, prefix_lens=(kv,) * batch))
-        gpu = self.num_steps * draft_step.gpu_s + verify.gpu_s + extend.gpu_s
+        rows = batch * self.eagle_topk
+
+        def graph(tokens_per_req: int) -> int | None:
+            return None if cuda_graph_bs is None else cuda_graph_bs * tokens_per_req
+
+        draft_step = draft.step_time(BatchShape(num_decode=rows, decode_sum_kv=rows * kv,
+                                                cuda_graph_bs=graph(self.eagle_topk)))
+        verify = target.step_time(BatchShape(num_decode=batch * self.num_draft_tokens, decode_sum_kv=sum_kv,
+                                             cuda_graph_bs=graph(self.num_draft_tokens)))
+        extend = draft.step_time(BatchShape(num_decode=batch * (self.num_steps + 1), decode_sum_kv=sum_kv,
+                                            cuda_graph_bs=graph(self.num_steps + 1)))
+        gpu = (self.num_steps - 1) * draft_step.gpu_s + verify.gpu_s + extend.gpu_s
         return StepTime(gpu, verify.cpu_s)
 
 
@@ -191,35 +226,111 @@ def speculative_decode_rate(config: SpeculativeConfig, target: LatencyModel, dra
     return accept_len / period
 
 
-@dataclass
-class SpeculativeLatencyModel:
-    """A `LatencyModel` for a speculative server in the one-token-per-step scheduler of `simcore.server`.
+DEFAULT_DRAFT_ACCEPT_PROB = 0.7  # per draft token, when --speculative-accept-length is not given (docs §3.11)
 
-    The simulated server emits one token per request per decode step; a speculative server emits L per
-    iteration. With E[L] = the acceptance's mean, a decode step of this model costs one speculative iteration
-    divided by E[L]: the time per token, hence TPOT, throughput and KV growth per second, is the speculative
-    server's; the burstiness of the L tokens (ITL spread) is not. Prefill and mixed steps also run the draft
-    model's extend over the new tokens (its KV and hidden states)."""
 
-    config: SpeculativeConfig
-    target: LatencyModel
-    draft: LatencyModel
-    acceptance: AcceptanceModel
-    name: str = ""
-    profile_hash: str = ""
+class SpeculativeDecoding:
+    """A speculative server's decode iterations inside the simulated scheduler loop (`simcore.server.Server`).
 
-    def __post_init__(self) -> None:
-        self.name = self.name or f"{self.target.name}+{self.config.algorithm.lower()}"
-        self.profile_hash = self.profile_hash or self.target.profile_hash
+    The server hands it each decode batch: `accept` draws every request's accepted length L ∈ [1, num_steps + 1]
+    from the seeded acceptance distribution (the server caps it at the request's remaining tokens, as SGLang's
+    verify stops at a finished request), and `step_time` prices the batch: a decode batch is one iteration
+    (`SpeculativeConfig.iteration_time`), a prefill batch is the target's extend plus the draft model's extend
+    over the same tokens (eagle_worker.py ``forward_target_extend`` then ``forward_draft_extend``).
+
+    It is the server's latency model (``latency.step_time(shape)``); ``target`` is the target model's.
+    ``accepted_tokens`` / ``verify_passes`` add up what the run accepted (SGLang's ``spec_num_accept_tokens`` /
+    ``spec_num_forward_ct``: their ratio is the log's ``accept len``)."""
+
+    pure_step_time = False  # decode prices depend on the draws: no decode runs (simcore.decode_run)
+
+    def __init__(self, config: SpeculativeConfig, target: LatencyModel, draft: LatencyModel,
+                 acceptance: AcceptanceModel, seed: int = 0) -> None:
+        import numpy as np
+
+        if acceptance.max_len != config.max_accept_len:
+            raise UserError("--speculative-num-steps", f"acceptance up to {acceptance.max_len} tokens for "
+                            f"{config.num_steps} draft steps", "build the acceptance with max_len = num_steps + 1")
+        self.config = config
+        self.target = target
+        self.draft = draft
+        self.acceptance = acceptance
+        self.rng = np.random.default_rng(seed)
+        self.name = f"{getattr(target, 'name', type(target).__name__)}+{config.algorithm.lower()}"
+        self.profile_hash = getattr(target, "profile_hash", "")
+        self.frontend_s = float(getattr(target, "frontend_s", 0.0))
+        self.accepted_tokens = 0
+        self.verify_passes = 0
+
+    def accept(self, caps: list[int]) -> list[int]:
+        """Accepted length of each request of a decode batch, ``caps[i]`` = its remaining output tokens."""
+        import numpy as np
+
+        a, n = self.acceptance.accept_prob, self.acceptance.max_len
+        if n > 1:
+            # row i accepts draft k while draws[i, 0..k] are all below a: L = 1 + the run of leading accepts
+            draws = self.rng.random((len(caps), n - 1))
+            lengths = 1 + np.cumprod(draws < a, axis=1).sum(axis=1)
+            out = np.minimum(lengths, np.asarray(caps)).tolist()
+        else:
+            out = [1] * len(caps)
+        self.accepted_tokens += sum(out)
+        self.verify_passes += len(out)
+        return out
+
+    def set_acceptance(self, acceptance: AcceptanceModel) -> None:
+        """Use another distribution from the next iteration on (the live shadow's learned one)."""
+        if acceptance.max_len != self.config.max_accept_len:
+            raise UserError("accept_len", f"acceptance up to {acceptance.max_len} tokens, the server verifies "
+                            f"{self.config.max_accept_len}")
+        self.acceptance = acceptance
 
     def step_time(self, shape: BatchShape) -> StepTime:
-        if shape.mode == "idle":
-            return self.target.step_time(shape)
-        if shape.mode == "decode":
-            bs = shape.num_decode
-            mean = self.acceptance.mean()
-            it = self.config.iteration_time(self.target, self.draft, bs, shape.decode_sum_kv, mean)
-            return StepTime(it.gpu_s / mean, it.cpu_s)
+        mode = shape.mode
+        if mode == "decode":
+            return self.config.iteration_time(self.target, self.draft, shape.num_decode, shape.decode_sum_kv,
+                                              cuda_graph_bs=shape.cuda_graph_bs)
         base = self.target.step_time(shape)
+        if mode == "idle":
+            return base
         extra = self.draft.step_time(BatchShape(extend_lens=shape.extend_lens, prefix_lens=shape.prefix_lens))
         return StepTime(base.gpu_s + extra.gpu_s, base.cpu_s)
+
+    @property
+    def mean_accept_length(self) -> float | None:
+        """Accepted tokens per verify pass so far (the run's ``accept len``), None before any pass."""
+        return self.accepted_tokens / self.verify_passes if self.verify_passes else None
+
+    def to_state(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "accept_prob": self.acceptance.accept_prob,
+                "accepted_tokens": self.accepted_tokens, "verify_passes": self.verify_passes}
+
+    def load_state(self, d: dict) -> None:
+        self.rng.bit_generator.state = d["rng"]
+        self.acceptance = AcceptanceModel(self.config.max_accept_len, float(d["accept_prob"]))
+        self.accepted_tokens, self.verify_passes = int(d["accepted_tokens"]), int(d["verify_passes"])
+
+
+def acceptance_for(config: SpeculativeConfig, accept_length: float | None) -> AcceptanceModel:
+    """The acceptance distribution of a server: the chain with mean ``accept_length`` (the
+    ``--speculative-accept-length`` assumption), or DEFAULT_DRAFT_ACCEPT_PROB per draft token."""
+    if accept_length is None:
+        return AcceptanceModel(config.max_accept_len, DEFAULT_DRAFT_ACCEPT_PROB)
+    if accept_length > config.max_accept_len:
+        raise UserError("--speculative-accept-length", f"{accept_length} is above the {config.max_accept_len} "
+                        f"tokens {config.num_steps} draft steps can accept", "give a mean accepted length "
+                        "between 1 and num-steps + 1")
+    return AcceptanceModel.from_mean(accept_length, config.max_accept_len)
+
+
+def build_speculative(settings: "ServerSettings", model: "ModelSpec", target: LatencyModel,
+                      build_draft: "Callable[[ModelSpec], LatencyModel]", seed: int = 0) -> SpeculativeDecoding | None:
+    """The `SpeculativeDecoding` of a server with ``--speculative-algorithm`` (None without): the config from
+    the flags, the draft model (`draft_model_spec`) priced by ``build_draft`` (the target's latency builder, so
+    the draft runs on the same GPUs, TP and precision), the acceptance from ``--speculative-accept-length``."""
+    config = SpeculativeConfig.from_settings(settings, model.architecture)
+    if config is None:
+        return None
+    draft = build_draft(draft_model_spec(model, config.algorithm))
+    return SpeculativeDecoding(config, target, draft, acceptance_for(config, settings.speculative_accept_length),
+                               seed)

@@ -66,9 +66,12 @@ class RecordDecoder:
         self._contexts: dict[tuple[str, int, bytes | None], Any] = {}
         self._fast = fmt in ("auto", "sglang_log")
         self.max_record_bytes = max_record_bytes
+        from streams.adapters.base import ParseContext  # noqa: PLC0415
         from streams.adapters.sglang_log import parse_line  # noqa: PLC0415
+        from streams.decode import decode_record  # noqa: PLC0415
 
-        self._parse_log_line = parse_line
+        # bound once here: an import statement in __call__ costs a module lookup per record
+        self._parse_log_line, self._decode_record, self._context_class = parse_line, decode_record, ParseContext
 
     def reset(self) -> None:
         """Forget parse contexts (after a rebalance the partitions may have moved)."""
@@ -76,9 +79,6 @@ class RecordDecoder:
 
     def __call__(self, value: bytes, key: bytes | None, topic: str, partition: int,
                  headers: list[tuple[str, bytes]], timestamp_s: float | None) -> tuple[list[Event], str | None]:
-        from streams.adapters.base import ParseContext  # noqa: PLC0415
-        from streams.decode import decode_record  # noqa: PLC0415
-
         if len(value) > self.max_record_bytes:
             return [], f"too_large: record of {len(value)} bytes (at most {self.max_record_bytes})"
         ckey = (topic, partition, key)
@@ -86,7 +86,7 @@ class RecordDecoder:
         if ctx is None:
             if len(self._contexts) > 10_000:  # keys are instance ids, so this only trips on a key-less flood
                 self._contexts.clear()
-            ctx = self._contexts[ckey] = ParseContext(source=topic)
+            ctx = self._contexts[ckey] = self._context_class(source=topic)
             if key:
                 iid = key.decode("utf-8", errors="replace").strip()
                 if iid:
@@ -105,8 +105,8 @@ class RecordDecoder:
             if got.__class__ is list:
                 return got, None  # type: ignore[return-value]
             return [], (got if isinstance(got, str) else None)
-        res = decode_record(value, key=key, source=topic, headers=dict(headers), fmt=self.fmt,
-                            timestamp_s=timestamp_s, ctx=ctx)
+        res = self._decode_record(value, key=key, source=topic, headers=dict(headers), fmt=self.fmt,
+                                  timestamp_s=timestamp_s, ctx=ctx)
         error = "; ".join(d.reason for d in res.dead_letters) if res.dead_letters else None
         return list(res.events), error
 
@@ -130,6 +130,16 @@ class ConsumedRecord:
     def next_offset(self) -> int:
         """The offset to commit once this record is processed (Kafka commits the *next* offset to read)."""
         return self.offset + 1
+
+
+def _new_record(topic: str, partition: int, offset: int, key: bytes | None, events: list[Event], error: str | None,
+                timestamp_ms: int | None, value: bytes | None, headers: tuple[tuple[str, bytes], ...]) -> ConsumedRecord:
+    """``ConsumedRecord(...)`` with these fields, made once per record: a frozen dataclass's ``__init__`` sets each
+    field through ``object.__setattr__``; filling its ``__dict__`` at once is the same object, built faster."""
+    rec = object.__new__(ConsumedRecord)
+    rec.__dict__.update(topic=topic, partition=partition, offset=offset, key=key, events=events, error=error,
+                        timestamp_ms=timestamp_ms, value=value, headers=headers)
+    return rec
 
 
 class EventProducer:
@@ -257,19 +267,21 @@ class EventConsumer:
         return out
 
     def _decode_one(self, rec: Any) -> ConsumedRecord:
-        headers = list(rec.headers or [])
-        ts_s = rec.timestamp / 1000.0 if rec.timestamp is not None and rec.timestamp >= 0 else None
-        if rec.value is None:
+        headers = list(rec.headers) if rec.headers else []
+        ts = rec.timestamp
+        ts_s = ts / 1000.0 if ts is not None and ts >= 0 else None
+        value = rec.value
+        if value is None:
             events, err = [], "record has no value (tombstone)"
         else:
             try:
-                events, err = self._decode(rec.value, rec.key, rec.topic, rec.partition, headers, ts_s)
+                events, err = self._decode(value, rec.key, rec.topic, rec.partition, headers, ts_s)
             except Exception as exc:  # noqa: BLE001 - a decoder bug must not block the partition either
                 events, err = [], error_text(exc)
         if err is not None:
             self._dead_letter(rec, error_text(err), headers)
-        return ConsumedRecord(rec.topic, rec.partition, rec.offset, rec.key, events, err, rec.timestamp,
-                              rec.value, tuple(headers))
+        return _new_record(rec.topic, rec.partition, rec.offset, rec.key, events, err, ts, value,
+                           tuple(headers) if headers else ())
 
     def dead_letter(self, record: ConsumedRecord, reason: str) -> None:
         """Park a record that decoded but that the caller refused (out of its time window, say), like a record that

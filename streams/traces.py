@@ -88,11 +88,14 @@ def _num(obj: dict[str, Any], key: str) -> float:
     return float(v)
 
 
+_JUST_INT = {int}
+
+
 def _ints(obj: dict[str, Any], key: str) -> tuple[int, ...] | None:
     v = obj.get(key)
     if v is None:
         return None
-    if not isinstance(v, list) or not all(type(x) is int for x in v):
+    if not isinstance(v, list) or (v and set(map(type, v)) != _JUST_INT):  # C-speed: every element exactly int
         raise TraceLineError(key, "must be a list of integers")
     return tuple(v)
 

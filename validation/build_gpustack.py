@@ -24,7 +24,7 @@ Benchmark protocol, from every page's "Benchmark Script" section:
 Server: model, TP, EP, DP attention from the serve command; GPU from the hardware line; version from the engine
 versions. The flags the simulator models (`simcore.server_flags`, the table of `shadowsim predict`) go into the
 `server_args` column as typed, so `validate` simulates the server that was measured. A flag the simulator does not
-model (speculative decoding, torch.compile, pipeline parallelism, a
+model (torch.compile, pipeline parallelism, a
 non-default attention backend, ...) puts its reason in the `unsupported` column, and `validate` skips the row with
 it; unknown models and EP / DP attention are left for `validate` to refuse (the catalogue may grow). Model ids that
 are the same architecture as a catalogued config are mapped (`MODEL_ALIASES`); checkpoints that only quantize a
@@ -109,8 +109,6 @@ def _flags(cmd: str) -> dict[str, str | None]:
 
 
 def _unsupported(flags: dict[str, str | None], gpu: str) -> str | None:
-    if any(k.startswith("--speculative") for k in flags):
-        return "speculative decoding is not modelled"
     if int(flags.get("--pp-size") or 1) > 1:
         return "pipeline parallelism is not modelled"
     if "--enable-torch-compile" in flags:

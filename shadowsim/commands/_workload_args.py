@@ -290,6 +290,7 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
     from simcore.memory import max_running_requests, size_kv_pool
     from simcore.models import load_model
     from simcore.perf import ParallelLayout, build_latency_model
+    from simcore.speculative import build_speculative
     from simcore.variability import ClientDelays, DelayedWorkload, client_records, with_variability
 
     check_slos(args)
@@ -307,6 +308,12 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
                                   parallel=ParallelLayout.from_settings(settings, gpu))
     variability = variability_from_args(args)
     latency = with_variability(latency, variability, args.seed)
+    # speculative decoding (--speculative-*): the draft model priced on the same GPUs, TP and precision
+    speculative = build_speculative(settings, model, latency, lambda m: build_latency_model(
+        m, gpu, args.tp, precision, backend=args.latency_backend, profile=profile,
+        kv_cache_dtype=settings.kv_cache_dtype, parallel=ParallelLayout.from_settings(settings, gpu)), args.seed)
+    if speculative is not None:  # it prices the steps: target + draft
+        latency = speculative
     ctx = settings.context_length or model.context_length
     if args.max_total_tokens is not None:
         if args.max_total_tokens < 2:
@@ -351,7 +358,8 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
     res = simulate(settings, latency, workload, kv_capacity_tokens=capacity, key_unit=key_unit, seed=args.seed,
                    until=args.until, progress=progress or bar, progress_every_s=30.0,
                    observer=steps.append if keep_steps else None, max_running_requests=max_running,
-                   context_len=ctx, tokenize_s=args.tokenize_ms / 1000.0, detokenize_s=args.detokenize_ms / 1000.0)
+                   context_len=ctx, tokenize_s=args.tokenize_ms / 1000.0, detokenize_s=args.detokenize_ms / 1000.0,
+                   speculative=speculative)
     res.wall_time_s = time.perf_counter() - t0
     if bar is not None:
         bar.close()
@@ -374,6 +382,12 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         "max_total_num_tokens": capacity, "max_running_requests": max_running,
         "mem_fraction_static": mem_frac, "cuda_graph_max_bs": settings.cuda_graph_max_bs,
         "overlap_schedule": not settings.disable_overlap_schedule,
+        "speculative": None if speculative is None else {
+            "algorithm": speculative.config.algorithm, "num_steps": speculative.config.num_steps,
+            "eagle_topk": speculative.config.eagle_topk, "num_draft_tokens": speculative.config.num_draft_tokens,
+            "draft_accept_prob": speculative.acceptance.accept_prob,
+            "assumed_accept_length": speculative.acceptance.mean(),
+            "simulated_accept_length": speculative.mean_accept_length},
         "variability": variability.to_dict(),
     }
     if sizing is not None and getattr(sizing, "swa_max_total_num_tokens", None) is not None:

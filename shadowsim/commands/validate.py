@@ -7,7 +7,8 @@ SGLang launch flags as typed, parsed with the same flag table as `shadowsim pred
 and the row says so); client = aiperf | bench_serving | poisson; random_range_ratio and seed for bench_serving;
 max_total_tokens pins the KV pool to what the server reported; warmup_requests sets the total warm-up requests;
 length_dist chooses exact isl/osl lengths (fixed) or a spread with those means (exponential, sharegpt);
-unsupported gives a reason to skip). shadowsim simulates the same server and benchmark and prints, per row,
+unsupported gives a reason to skip; measured_ttft_p50_ms, measured_itl_p50_ms, measured_output_tokens_per_s
+and measured_e2e_ms are the medians, output rate and mean e2e of a bench_serving printout, compared where given). shadowsim simulates the same server and benchmark and prints, per row,
 predicted vs measured mean TTFT (and its p10/p50/p90), TPOT, e2e and throughput, the lockstep index (how much
 the simulated clients move in waves; warned at >= 0.5), then MAPE, median and P90 absolute percentage error.
 
@@ -28,6 +29,7 @@ Examples:
   shadowsim validate measurements.csv --server-args "--enable-mixed-chunk --max-prefill-tokens {isl+1500}"
   shadowsim validate measurements.csv --variability measured --replicas 5
   shadowsim validate validation/gpustack_sglang.csv --length-dist exponential
+  shadowsim validate validation/datacrunch_h200_sglang.csv
   shadowsim validate measurements.csv --json > report.json
   shadowsim validate measurements.csv --out rows.csv --profile my_profile.json
 """

@@ -52,9 +52,14 @@ class StepTimeline:
     def add(self, ts: float, predicted_s: float) -> None:
         # Events of one instance arrive nearly in time order; an out-of-order step is placed at the newest time so
         # that S stays monotone (its duration is counted slightly late rather than lost).
-        t = max(ts, self.ts[-1]) if self.ts else ts
-        self.ts.append(t)
-        self.cum_s.append(self.total() + predicted_s)
+        tss, cum = self.ts, self.cum_s
+        if tss:
+            last = tss[-1]
+            tss.append(last if last > ts else ts)  # max(ts, last)
+            cum.append(cum[-1] + predicted_s)
+        else:
+            tss.append(ts)
+            cum.append(0.0 + predicted_s)
 
     def at(self, ts: float) -> float:
         """S(ts): summed predicted time of the steps that ended at or before ``ts``."""
@@ -98,6 +103,8 @@ def shape_of_forward_pass(ev: ForwardPass, graph_sizes: tuple[int, ...]) -> tupl
 
 
 def _spread(total: int, n: int) -> tuple[int, ...]:
+    if n == 1:
+        return (total,)
     q, r = divmod(total, n)
     return tuple(q + (1 if i < r else 0) for i in range(n))
 
@@ -134,10 +141,12 @@ class Anchor:
         shape = BatchShape(num_decode=bs, decode_sum_kv=ev.kv_tokens or 0, cuda_graph_bs=padded_bs(bs, self.graph_sizes))
         pred = step_time_s(self.latency, shape, self.overlap)
         if ev.gen_throughput_tok_s:
-            # bs tokens per decode step: observed step time = bs / throughput (includes interleaved prefills,
-            # so it is only used when no forward-pass feed exists).
+            # bs tokens per decode step (bs × accept len for a speculative server, whose step is one iteration):
+            # observed step time = tokens / throughput (includes interleaved prefills, so it is only used when no
+            # forward-pass feed exists).
+            tokens = bs * (ev.accept_len if ev.accept_len else 1.0)
             if not self.timeline.saw_forward_passes:
-                self.calibrator.observe("decode", bs / ev.gen_throughput_tok_s, pred)
+                self.calibrator.observe("decode", tokens / ev.gen_throughput_tok_s, pred)
         if not self.timeline.saw_forward_passes:
             self.timeline.add(ev.ts, DECODE_LOG_INTERVAL * pred)
 

@@ -83,21 +83,31 @@ class OnlineCalibrator:
     factors: dict[str, float] = field(default_factory=lambda: {c: 1.0 for c in OP_CLASSES})
     counts: dict[str, int] = field(default_factory=lambda: {c: 0 for c in OP_CLASSES})
 
+    # (halflife_steps, alpha): the power is computed once per halflife, not once per observed step
+    _alpha_of: tuple[float, float] = field(default=(math.nan, math.nan), init=False, repr=False, compare=False)
+
     @property
     def alpha(self) -> float:
-        return 1.0 - 0.5 ** (1.0 / self.halflife_steps)
+        h, a = self._alpha_of
+        if h != self.halflife_steps:
+            a = 1.0 - 0.5 ** (1.0 / self.halflife_steps)
+            self._alpha_of = (self.halflife_steps, a)
+        return a
 
     def observe(self, op_class: str, observed_s: float, predicted_s: float) -> None:
         """One step: the server reported ``observed_s`` where the model says ``predicted_s``."""
-        if op_class not in self.factors or predicted_s <= 0 or observed_s <= 0:
+        factors = self.factors
+        if op_class not in factors or predicted_s <= 0 or observed_s <= 0:
             return
-        ratio = min(max(observed_s / predicted_s, self.bounds[0]), self.bounds[1])
-        if self.counts[op_class] == 0:
-            self.factors[op_class] = ratio  # first sample: start at the data, not at the prior
+        lo, hi = self.bounds
+        ratio = min(max(observed_s / predicted_s, lo), hi)
+        counts = self.counts
+        if counts[op_class] == 0:
+            factors[op_class] = ratio  # first sample: start at the data, not at the prior
         else:
-            f = self.factors[op_class]
-            self.factors[op_class] = f + self.alpha * (ratio - f)
-        self.counts[op_class] += 1
+            f = factors[op_class]
+            factors[op_class] = f + self.alpha * (ratio - f)
+        counts[op_class] += 1
 
     def snapshot(self) -> dict[str, Any]:
         return {"factors": dict(self.factors), "counts": dict(self.counts)}

@@ -118,6 +118,48 @@ def _cached_perf_model(model: str, gpu: str, tp: int, precision: str, profile: P
     return _PERF_CACHE[key]
 
 
+LINEAR_DRAFT_LAYERS = 32  # a linear twin of an unknown model prices its one-layer draft at 1/32 of the target
+
+
+def build_twin_speculative(cfg: InstanceConfig, server_config: dict[str, Any], settings: ServerSettings,
+                           target: LatencyModel) -> Any | None:
+    """The twin's `simcore.speculative.SpeculativeDecoding` (None without ``speculative_algorithm`` in its
+    settings): the draft is one decoder layer of the target (`draft_model_spec`) priced by simcore.perf when the
+    target is, else the target's linear coefficients over its layer count (LINEAR_DRAFT_LAYERS when the model
+    is unknown). The draws are seeded by the instance's ``seed``."""
+    from simcore.speculative import (SpeculativeConfig, SpeculativeDecoding, acceptance_for,  # noqa: PLC0415
+                                     build_speculative)
+
+    if settings.speculative_algorithm is None:
+        return None
+    from simcore.models import load_model  # noqa: PLC0415
+
+    name = str(server_config.get("model") or cfg.model)
+    try:
+        model = load_model(name)
+    except UserError:
+        model = None
+    if isinstance(target, LinearLatencyModel) or model is None:
+        layers = model.num_layers if model is not None else LINEAR_DRAFT_LAYERS
+        lin = target if isinstance(target, LinearLatencyModel) else _linear(cfg)
+        draft = LinearLatencyModel(base_s=lin.base_s / layers, per_extend_token_s=lin.per_extend_token_s / layers,
+                                   per_decode_req_s=lin.per_decode_req_s / layers,
+                                   per_kv_token_s=lin.per_kv_token_s / layers, cpu_s=0.0, name=f"{lin.name}-draft")
+        config = SpeculativeConfig.from_settings(settings, model.architecture if model is not None else "")
+        assert config is not None
+        return SpeculativeDecoding(config, target, draft, acceptance_for(config, settings.speculative_accept_length),
+                                   cfg.seed)
+    from simcore.gpus import load_gpu  # noqa: PLC0415
+    from simcore.perf import build_latency_model  # noqa: PLC0415
+    from simcore.perf.profile import CalibrationProfile  # noqa: PLC0415
+
+    gpu = load_gpu(str(server_config.get("gpu") or cfg.gpu))
+    prof = CalibrationProfile.load(cfg.profile) if cfg.profile is not None else None
+    tp = instance_tp(cfg, server_config)
+    return build_speculative(settings, model, target,
+                             lambda m: build_latency_model(m, gpu, tp, cfg.precision, profile=prof), cfg.seed)
+
+
 FALLBACK_KV_TOKENS = 200_000  # KV pool of a twin whose server, model and GPU are all unknown
 
 
@@ -178,6 +220,11 @@ class SimEngine:
         self.settings = build_settings(cfg, server_config)
         self.key_unit = cfg.key_unit
         self.base_latency = build_latency(cfg, server_config)
+        # speculative decoding (settings speculative_algorithm): the unscaled model prices its iterations, the
+        # factors scale them (decode) and its prefills (prefill); the acceptance follows the log (set_acceptance)
+        self.speculative = build_twin_speculative(cfg, server_config, self.settings, self.base_latency)
+        if self.speculative is not None:
+            self.base_latency = self.speculative
         self.latency = ScaledLatencyModel(self.base_latency)
         self.graph_sizes = tuple(self.settings.cuda_graph_bs or ())
         self.overlap = not self.settings.disable_overlap_schedule
@@ -192,7 +239,7 @@ class SimEngine:
         if snapshot is None:
             self.server = Server(self.env, self.settings, self.kv_capacity, self.latency, key_unit=self.key_unit,
                                  rng=np.random.default_rng(self._seed), observer=self._on_step,
-                                 on_finish=self._on_record)
+                                 on_finish=self._on_record, speculative=self.speculative)
         else:
             self._restore(snapshot, Server)
 
@@ -254,6 +301,15 @@ class SimEngine:
     def set_factors(self, factors: dict[str, float]) -> None:
         self.latency.factors.update(factors)
 
+    def set_acceptance(self, mean_accept_len: float) -> None:
+        """A speculative twin draws accepted lengths from the chain with this mean from now on (the mean the
+        twin learned from the log's ``accept len`` fields); nothing for a plain twin."""
+        from simcore.speculative import AcceptanceModel  # noqa: PLC0415
+
+        if self.speculative is not None:
+            self.speculative.set_acceptance(AcceptanceModel.from_mean(mean_accept_len,
+                                                                      self.speculative.config.max_accept_len))
+
     # ---- internals ----------------------------------------------------------------------------------------------
     def _run(self, until: float) -> None:
         env = self.env
@@ -296,7 +352,8 @@ class SimEngine:
         self.latency.factors.update(snap["factors"])
         self.env = simpy.Environment(initial_time=float(snap["now"]))
         self.server = server_cls.restore(self.env, snap["server"], self.settings, self.latency,
-                                         observer=self._on_step, on_finish=self._on_record)
+                                         observer=self._on_step, on_finish=self._on_record,
+                                         speculative=self.speculative)
 
 
 class SimEngineFactory:

@@ -26,6 +26,22 @@ MAX_CONFIGURED_CACHE = 10_000
 _MISSING = object()
 
 
+_FIELDS: dict[type, tuple[bool, bool] | None] = {}
+
+
+def _fields_of(ev: Any) -> tuple[bool, bool] | None:
+    """(has dp_rank, has request_id) of ``ev``'s class, cached per class; None when it is not a pydantic model. A
+    pydantic model raises through its own ``__getattr__`` for a field it does not have, which cost more than the rest
+    of the routing; asking the class once avoids that."""
+    cls = ev.__class__
+    got = _FIELDS.get(cls, False)
+    if got is False:
+        names = getattr(cls, "model_fields", None)
+        got = None if names is None else ("dp_rank" in names, "request_id" in names)
+        _FIELDS[cls] = got
+    return got
+
+
 def rank_twin_id(instance_id: str, dp_rank: int) -> str:
     return f"{instance_id}{RANK_SEP}{dp_rank}"
 
@@ -82,24 +98,29 @@ class RankRouter:
 
     def twin_id(self, ev: Any) -> str:
         iid = ev.instance_id
-        if getattr(ev, "kind", None) == "server_config" and getattr(ev, "dp_size", None):
+        fields = _fields_of(ev)  # which of dp_rank / request_id the event's class has (no missing-attribute lookups)
+        if fields is None:
+            kind, rank, rid = getattr(ev, "kind", None), getattr(ev, "dp_rank", None), getattr(ev, "request_id", None)
+        else:
+            kind = ev.kind
+            rank = ev.dp_rank if fields[0] else None
+            rid = ev.request_id if fields[1] else None
+        if kind == "server_config" and getattr(ev, "dp_size", None):
             self._set(self._dp_size, iid, int(ev.dp_size))
-        rank = getattr(ev, "dp_rank", None)
         if rank is not None:
             return rank_twin_id(iid, int(rank))
-        rid = getattr(ev, "request_id", None)
         n = self.dp_size(iid)
         if rid is None or n <= 1:
             return iid
         key = (iid, rid)
         if key not in self._request_rank:
-            if getattr(ev, "kind", None) != "request_arrived":
+            if kind != "request_arrived":
                 return iid  # a request that arrived before the DP size was known stays on the instance twin
             k = self._next_rank.get(iid, 0)
             self._set(self._request_rank, key, k % n)
             self._set(self._next_rank, iid, k + 1)
         rank = self._request_rank[key]
-        if getattr(ev, "kind", None) == "request_finished":
+        if kind == "request_finished":
             self._set(self._request_rank, key, _MISSING)
         return rank_twin_id(iid, rank)
 

@@ -292,7 +292,9 @@ class ShadowService:
 
     def _apply_record(self, tp: TP, ps: PartitionState, rec: Any) -> bool:
         """Apply a decoded record as one transaction; False when it was refused (counted and dead-lettered)."""
-        ids = [self.ranks.twin_id(ev) for ev in rec.events]  # one twin per DP rank (shadowsim/shadow/ranks.py)
+        events = rec.events
+        twin_id = self.ranks.twin_id
+        ids = [twin_id(ev) for ev in events]  # one twin per DP rank (shadowsim/shadow/ranks.py)
         refused = self._admit(ps, rec, ids)
         if refused is not None:
             self.ranks.roll_back()  # a refused record routes nothing (and a flood of new ids leaves no trace)
@@ -301,23 +303,26 @@ class ShadowService:
         before: dict[str, tuple[int, int]] = {}  # iid -> (journal length, outputs) before this record
         created: set[str] = set()
         applied = 0
+        twins, journals, dirty, held = self.twins, self._journal, ps.dirty, self._held
         try:
-            for ev, iid in zip(rec.events, ids):
-                twin = self.twins.get(iid)
+            for ev, iid in zip(events, ids):
+                twin = twins.get(iid)
                 if twin is None:
-                    twin = self.twins[iid] = self._new_twin(iid)
+                    twin = twins[iid] = self._new_twin(iid)
                     self.twin_partition[iid] = tp
-                    self._journal[iid] = []
+                    journals[iid] = []
                     ps.instances.add(iid)
                     created.add(iid)
-                journal = self._journal.setdefault(iid, [])
+                journal = journals.get(iid)
+                if journal is None:
+                    journal = journals[iid] = []
                 if iid not in before:
                     before[iid] = (len(journal), len(twin.out))
                 twin.apply(ev, defer=True)
                 journal.append(ev)
                 applied += 1
-                ps.dirty.add(iid)
-                self._held.add(iid)
+                dirty.add(iid)
+                held.add(iid)
         except RecordRejected as exc:
             self.ranks.roll_back()
             self._roll_back(tp, ps, rec, before, created, clean=applied == 0, why=str(exc))
@@ -330,7 +335,9 @@ class ShadowService:
             self._reject(ps, rec, "apply_error", why)
             return False
         self.ranks.commit()
-        ps.max_ts = max(ps.max_ts, max(ev.ts for ev in rec.events))
+        newest = events[0].ts if len(events) == 1 else max(ev.ts for ev in events)
+        if newest > ps.max_ts:  # max(ps.max_ts, newest)
+            ps.max_ts = newest
         return True
 
     def _roll_back(self, tp: TP, ps: PartitionState, rec: Any, before: dict[str, tuple[int, int]], created: set[str],

@@ -137,16 +137,19 @@ class InstanceTwin:
         """Apply one event of this instance, then advance the simulator as far as event time allows. Raises
         ``RecordRejected`` (state unchanged) for an event it refuses; any other exception may leave the twin
         half-changed (the service then rebuilds it)."""
-        if ev.kind == "server_config":
+        kind, ts = ev.kind, ev.ts
+        if kind == "server_config":
             self._check_config(ev)
-        self.stats.events_processed += 1
+        stats = self.stats
+        stats.events_processed += 1
         self.last_event_wall_ts = self._clock()
         if self.epoch_ts is None:
-            self.epoch_ts = math.floor(ev.ts)  # whole seconds keep the simulated clock's float precision high
-        if self.engine is not None and ev.ts < self.engine.now_ts:
-            self.stats.events_late += 1  # behind the simulated time: applied, but the simulator cannot go back
-        self.max_ts = max(self.max_ts, ev.ts)
-        handler = _HANDLERS.get(ev.kind)
+            self.epoch_ts = math.floor(ts)  # whole seconds keep the simulated clock's float precision high
+        if self.engine is not None and ts < self.engine.now_ts:
+            stats.events_late += 1  # behind the simulated time: applied, but the simulator cannot go back
+        if ts > self.max_ts:  # max(self.max_ts, ts)
+            self.max_ts = ts
+        handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, ev)
         self.advance(defer=defer)
@@ -237,13 +240,13 @@ class InstanceTwin:
             self._join(rid)
 
     def _on_prefill(self, ev: PrefillBatch) -> None:
-        self._observe(ev.running_reqs, ev.queue_reqs, ev.token_usage)
+        self._observe_batch(ev)
         # Always fed, even before the first request is submitted (which builds the engine): a step dropped here is
         # missing from S() for every request in flight, e.g. the first seconds of a long-prompt trace.
         self._anchor().on_prefill_batch(ev)
 
     def _on_decode(self, ev: DecodeBatch) -> None:
-        self._observe(ev.running_reqs, ev.queue_reqs, ev.token_usage)
+        self._observe_batch(ev)
         if ev.accept_len is not None:  # one line averages running × decode_log_interval verify passes
             self.acceptance.observe(ev.accept_len, max(1, ev.running_reqs or 0) * DEFAULT_DECODE_LOG_INTERVAL)
         self._anchor().on_decode_batch(ev)
@@ -255,6 +258,19 @@ class InstanceTwin:
 
     def _on_metrics(self, ev: MetricsSnapshot) -> None:
         self._observe(ev.running_reqs, ev.queue_reqs, ev.token_usage)
+
+    def _observe_batch(self, ev: PrefillBatch | DecodeBatch) -> None:
+        """``_observe`` of a batch line's running / queue / token usage (written out: it runs once per line)."""
+        obs = self.observed
+        v = ev.running_reqs
+        if v is not None:
+            obs["running"] = float(v)
+        v = ev.queue_reqs
+        if v is not None:
+            obs["queue"] = float(v)
+        v = ev.token_usage
+        if v is not None:
+            obs["kv_usage"] = float(v)
 
     def _observe(self, running: float | None, queue: float | None, usage: float | None) -> None:
         for k, v in (("running", running), ("queue", queue), ("kv_usage", usage)):
@@ -333,9 +349,14 @@ class InstanceTwin:
         if self.engine is None:
             return
         horizon = min(wm, self._waiting[0][0]) if self._waiting else wm
+        speculative = getattr(self.engine, "speculative", None) is not None
+        if speculative and self.acceptance.lines:
+            # the free twin draws accepted lengths from what the log's `accept len` fields taught so far; like
+            # the factors, the acceptance changes with events, so a speculative twin is never deferred
+            self.engine.set_acceptance(self.acceptance.mean)  # type: ignore[attr-defined]
         if self.drift_cfg.recalibrate:
             self.engine.set_factors(self.applied_factors())
-        elif defer:
+        elif defer and not speculative:
             self.engine.hold(horizon)
             self._held = True
             return

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from simcore.errors import UserError
 
 # Factors added after the first profiles were written; 0.0 (their default) leaves a profile's hash unchanged.
-_LATE_FACTORS = ("frontend_s", "gpu_per_req_s_by_version")
+_LATE_FACTORS = ("frontend_s", "gpu_per_req_s_by_version", "launch_s_per_mla_layer")
 OP_CLASSES = ("gemm", "context_attention", "generation_attention", "communication", "moe", "elementwise")
 
 
@@ -41,6 +41,9 @@ class CalibrationProfile(BaseModel):
       iteration (scheduling, batch preparation, result processing), reported as StepTime.cpu_s;
     - ``launch_s_per_layer``: extra GPU time per layer when a step runs eagerly (no CUDA graph), the kernel
       launch gaps that graph replay removes;
+    - ``launch_s_per_mla_layer``: the same floor for a layer of an MLA model (DeepSeek-V2/V3/R1, Kimi-K2: MLA
+      attention + MoE), whose eager forward issues many more host-side ops per layer than a dense layer; 0 = use
+      ``launch_s_per_layer``. Its value is a published measurement of SGLang (docs/accuracy.md §3.12).
     - ``step_overhead_s``: fixed GPU-side time per forward (embedding/sampling kernels, graph replay).
     - ``gpu_per_req_s``: GPU-stream time per request row per step outside the per-op tables: sampling,
       logits post-processing and the batch-preparation kernels that run outside the CUDA graph.
@@ -64,6 +67,7 @@ class CalibrationProfile(BaseModel):
     cpu_per_req_s: float = 0.0
     cpu_per_token_s: float = 0.0
     launch_s_per_layer: float = 0.0
+    launch_s_per_mla_layer: float = 0.0
     step_overhead_s: float = 0.0
     gpu_per_req_s: float = 0.0
     frontend_s: float = 0.0

@@ -3,7 +3,8 @@
 The measurement-file format (``../shared/data/validation/*.csv``): ``id, model, gpu, precision, tp, ep,
 dp_attention, isl, osl, concurrency, request_rate, num_requests, sglang_version, measured_ttft_ms,
 measured_tpot_ms, measured_throughput_rps``; blanks allowed. Optional columns: ``max_total_tokens`` (the KV pool
-the real server reported), ``warmup_requests`` (total warm-up requests; blank = the protocol's per-client count),
+the real server reported), ``warmup_requests`` (total warm-up requests; blank = the protocol's per-client count for aiperf, none for
+bench_serving, where a number is a barrier of that many copies of the first request, InferenceX's ``--num-warmups``),
 ``length_dist`` (``fixed``, the default: every request has exactly ``isl``/``osl`` tokens; ``sharegpt``: lengths
 drawn from `SHAREGPT_SHAPE_*` scaled to means ``isl``/``osl``; ``exponential``: the same with
 `EXPONENTIAL_SHAPE`), ``unsupported`` (a reason the row cannot be simulated,
@@ -423,8 +424,9 @@ def _workload(row: Row, p: Protocol, seed: int) -> tuple[Any, int, str]:
         # the row's seed is bench_serving's --seed (1 by default); replicas add their offset to it
         wl = BenchServingOpenLoop(rate, n, row.isl, row.osl, range_ratio=ratio, seed=(1 if row.seed is None else row.seed) + seed,
                                   sglang_version=row.sglang_version, max_concurrency=row.concurrency,
-                                  prompt_overhead_tokens=0, rid_prefix=_RID)
-        return wl, 0, client
+                                  prompt_overhead_tokens=0, rid_prefix=_RID,
+                                  warmup_requests=row.warmup_requests or 0)
+        return wl, row.warmup_requests or 0, client
     prompt, output = lengths(p.length_dist or row.length_dist, row.isl, row.osl, p.prompt_overhead_tokens)
     if client == "aiperf" and row.concurrency is not None:
         n = row.num_requests or p.requests_per_client * row.concurrency
@@ -448,6 +450,7 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
     from simcore.models import load_model
     from simcore.perf import ParallelLayout, build_latency_model
     from simcore.settings import ServerSettings, resolve
+    from simcore.speculative import build_speculative
     from simcore.variability import ClientDelays, DelayedWorkload, client_records, with_variability
 
     model = load_model(row.model)
@@ -476,12 +479,19 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
                                   kv_cache_dtype=settings.kv_cache_dtype,
                                   parallel=ParallelLayout.from_settings(settings, gpu))
     latency = with_variability(latency, p.variability, seed)
+    # speculative decoding (--speculative-* in server_args): the draft priced on the same GPUs, TP, precision
+    speculative = build_speculative(settings, model, latency, lambda m: build_latency_model(
+        m, gpu, row.tp, precision, backend=backend, profile=profile, kv_cache_dtype=settings.kv_cache_dtype,
+        parallel=ParallelLayout.from_settings(settings, gpu)), seed)
+    if speculative is not None:  # it prices the steps: target + draft
+        latency = speculative
     workload, warmup, client = _workload(row, p, seed)
     delays = ClientDelays.from_variability(p.variability, seed)
     if delays is not None:
         workload = DelayedWorkload(workload, delays)
     res = simulate(settings, latency, workload, kv_capacity_tokens=pool.max_total_num_tokens, seed=seed,
-                   max_running_requests=pool.max_running_requests, context_len=pool.context_len)
+                   max_running_requests=pool.max_running_requests, context_len=pool.context_len,
+                   speculative=speculative)
     recs = res.records if delays is None else client_records(res.records, workload.offsets)
     # requests are numbered in sending order, so the warm-up ones are the first `warmup`
     recs = [r for r in recs if not r.aborted and int(r.rid[len(_RID):]) >= warmup]

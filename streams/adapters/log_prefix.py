@@ -66,6 +66,27 @@ def _rank_tags(tags: str, ranks: dict[str, int]) -> None:
             ranks[f] = int(tag[i:])
 
 
+#: 'YYYY-mm-dd HH:MM' -> (midnight, H·3600 + M·60) of the minutes already read (a log has few), bounded
+_MINUTE_CACHE: dict[str, tuple[float, int]] = {}
+
+
+def _minute(stamp: str) -> tuple[float, int] | None:
+    """'2025-01-07 20:16' -> (midnight UTC, seconds of the hours and minutes), or None when it does not read."""
+    got = _MINUTE_CACHE.get(stamp)
+    if got is not None:
+        return got
+    day = _date_epoch(stamp[0:10])
+    try:
+        hm = int(stamp[11:13]) * 3600 + int(stamp[14:16]) * 60
+    except ValueError:
+        return None
+    if day is None:
+        return None
+    if len(_MINUTE_CACHE) < 10_000:
+        _MINUTE_CACHE[stamp] = (day, hm)
+    return day, hm
+
+
 def _fast_header(line: str, ctx: ParseContext) -> tuple[str, dict[str, int]] | None:
     """The common case, ``[YYYY-mm-dd HH:MM:SS[.mmm][ TAGS]] msg`` at column 0, without a regex."""
     if len(line) < 22 or line[5] != "-" or line[11] != " " or line[14] != ":" or line[17] != ":":
@@ -73,28 +94,32 @@ def _fast_header(line: str, ctx: ParseContext) -> tuple[str, dict[str, int]] | N
     close = line.find("]", 20, 120)
     if close < 0:
         return None
-    day = _date_epoch(line[1:11])
-    try:
-        secs = float(int(line[12:14]) * 3600 + int(line[15:17]) * 60 + int(line[18:20]))
-    except ValueError:
+    minute = _minute(line[1:17])
+    if minute is None:
         return None
-    if day is None:
+    day, hm = minute
+    try:
+        secs = float(hm + int(line[18:20]))
+    except ValueError:
         return None
     rest = line[20:close]
     ranks = _NO_RANKS
     if rest:
         if rest[0] in ".,":
-            end = 1
-            while end < len(rest) and rest[end].isdigit():
-                end += 1
-            if end == 1:
-                return None
+            if rest[1:4].isdigit() and not rest[4:5].isdigit():  # milliseconds, the common case
+                end = 4
+            else:
+                end = 1
+                while end < len(rest) and rest[end].isdigit():
+                    end += 1
+                if end == 1:
+                    return None
             secs += frac(rest[1:end])
             rest = rest[end:]
         if rest:
             if rest[0] != " ":
                 return None
-            ranks = _ranks_of(rest)
+            ranks = _TAGS_CACHE.get(rest) or _ranks_of(rest)
     ctx.day_epoch = day
     ctx.last_ts = day + secs
     start = close + 2 if line[close + 1:close + 2] == " " else close + 1

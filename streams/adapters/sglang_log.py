@@ -106,7 +106,11 @@ def _kv_pairs(body: str) -> dict[str, str]:
 # ``key: value`` items of a batch line. Values are handed to pydantic as text: its (Rust) lax conversion parses
 # "7", "0.81", "True" and rejects "x", "nan", negatives with a message naming the field — faster than converting in
 # Python, and the same checks as for every other source.
-_ITEM = re.compile(r"\s*([^,:]+?): ([^,]*)")
+# The key is greedy: it cannot hold a colon, so it ends at the first one either way, and the greedy form (the same
+# matches, checked on fuzzed text in tests/streams/adapters/test_sglang_log.py) scans a quarter faster than ``+?``.
+_ITEM = re.compile(r"\s*([^,:]+): ([^,]*)")
+#: the form of ``_ITEM`` before issue 11's speed work: the reference the test compares with
+_ITEM_REFERENCE = re.compile(r"\s*([^,:]+?): ([^,]*)")
 
 
 # The rank labels retraction and server_config events carry (batch events carry every rank label).
@@ -116,11 +120,13 @@ _TP_DP = ("tp_rank", "dp_rank")
 def _envelope(ctx: ParseContext, ranks: dict[str, int], rank_keys: tuple[str, ...] | None = None) -> dict[str, Any]:
     """The fields every event of one log line starts with: time, instance, source, line id, and the rank labels
     of the line's prefix (``rank_keys``: those the event kind has; None: all of them)."""
+    ts = ctx.last_ts
+    source = ctx.source
     data: dict[str, Any] = {
-        "ts": ctx.ts,
+        "ts": ts if ts is not None else ctx.default_ts,  # ctx.ts
         "instance_id": ctx.instance_id,
-        "source": ctx.source or None,
-        "event_id": ctx.line_event_id(),
+        "source": source or None,
+        "event_id": f"{source or '-'}:{ctx.line_no}",  # ctx.line_event_id()
     }
     if ranks:
         if rank_keys is None:

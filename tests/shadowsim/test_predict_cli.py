@@ -149,3 +149,21 @@ def test_profile_from_file_is_used(tmp_path: Path, capsys: pytest.CaptureFixture
     slower = _json(capsys, *args, "--profile", str(path))
     # every decode step 5 ms longer: TPOT grows by 5 ms
     assert slower["tpot_ms"]["mean"] == pytest.approx(shipped["tpot_ms"]["mean"] + 5.0, abs=0.01)
+
+
+def test_speculative_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--speculative-algorithm EAGLE` on Llama: SGLang's auto choice (5 steps, topk 4, 8 draft tokens,
+    server_args.py auto_choose_speculative_params), the overlap scheduler off and 48 running requests
+    (_handle_speculative_decoding); each request decodes several tokens per step, so TPOT falls."""
+    load = ["--concurrency", "4", "--num-requests", "16", "--input-len", "512", "--output-len", "128"]
+    plain = _json(capsys, *load)
+    spec = _json(capsys, *load, "--speculative-algorithm", "EAGLE", "--speculative-accept-length", "3.0")
+    srv = spec["server"]
+    assert srv["overlap_schedule"] is False and srv["max_running_requests"] == 48
+    assert (srv["speculative"]["num_steps"], srv["speculative"]["eagle_topk"],
+            srv["speculative"]["num_draft_tokens"]) == (5, 4, 8)
+    assert srv["speculative"]["assumed_accept_length"] == pytest.approx(3.0)
+    assert 2.8 < srv["speculative"]["simulated_accept_length"] <= 3.0  # less the caps at each request's end
+    assert spec["output_tokens"] == plain["output_tokens"] == 16 * 128
+    assert spec["tpot_ms"]["mean"] < 0.7 * plain["tpot_ms"]["mean"]  # measured 4.14 vs 6.65 ms
+    assert plain["server"]["speculative"] is None

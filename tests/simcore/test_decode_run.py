@@ -210,11 +210,13 @@ def test_numpy_blocks_give_the_same_floats_as_the_python_loop(monkeypatch, overl
     def plan(bound: float) -> tuple:  # type: ignore[type-arg]
         times = DecodeStepTimes(TABLE, spacing)
         times.long_steps = dr.PURE_PYTHON_STEPS  # numpy takes over long blocks past this many plain steps
-        starts, ends, cpu = dr.plan_run(times, 200, 200, 200 * 3000 + 17, 700, 5.0, 5.004, bound, overlap)
+        starts, ends, cpu = dr.plan_run(times, 200, 200, 200 * 3000 + 17, 1500, 5.0, 5.004, bound, overlap)
         gaps = dr.decode_gaps(ends, cpu, overlap, 4.9, 4.95, 0.001, vectorize=dr.NUMPY_FROM < 10**9)
         return starts, ends, cpu, gaps
 
-    for bound in (float("inf"), 7.3, 5.05):
+    whole = plan(float("inf"))  # blocks 8, 16, ..., 256 in Python, then 512 (numpy) and the rest
+    starts_of = whole[0] if overlap else whole[1]
+    for bound in (float("inf"), starts_of[900], starts_of[700], 5.05):  # inside the numpy block, before it
         vectorized = plan(bound)
         monkeypatch.setattr(dr, "NUMPY_FROM", 10**9)
         plain = plan(bound)
@@ -222,7 +224,7 @@ def test_numpy_blocks_give_the_same_floats_as_the_python_loop(monkeypatch, overl
         assert vectorized == plain
         nxt = plain[0] if overlap else plain[1]  # when each iteration after a step starts
         assert all(x < bound for x in nxt[:-1])  # every iteration of the run starts before the bound
-        assert len(nxt) == 700 or nxt[-1] >= bound  # and it stops at the first that would not
+        assert len(nxt) == 1500 or nxt[-1] >= bound  # and it stops at the first that would not
 
 
 def test_numpy_takes_over_long_blocks_only_after_the_pure_python_budget() -> None:
@@ -237,3 +239,36 @@ def test_numpy_takes_over_long_blocks_only_after_the_pure_python_budget() -> Non
         assert not times.vectorize(4096)
         done += 4096
     assert times.vectorize(dr.NUMPY_FROM) and not times.vectorize(dr.NUMPY_FROM - 1)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_unwatched_finishes_spend_no_simpy_event_and_change_nothing(shared_dir, overlap: bool) -> None:  # type: ignore[no-untyped-def]
+    """simulate() of an open loop that nobody watches does not trigger finish events (no SimPy event, no yield per
+    finish); with an on_finish callback it does. Records, ITL samples and steps are the same either way."""
+    import simpy.core
+
+    reqs = _mooncake(shared_dir, 600)
+    settings = _settings(disable_overlap_schedule=not overlap)
+    counted: list[int] = []
+    orig = simpy.core.Environment.step
+
+    def run(**kw):  # type: ignore[no-untyped-def]
+        n = [0]
+
+        def step(env):  # type: ignore[no-untyped-def]
+            n[0] += 1
+            return orig(env)
+        simpy.core.Environment.step = step  # type: ignore[method-assign]
+        try:
+            res = simulate(settings, TABLE, TraceReplay(reqs), kv_capacity_tokens=120_000, key_unit=512, **kw)
+        finally:
+            simpy.core.Environment.step = orig  # type: ignore[method-assign]
+        counted.append(n[0])
+        return res
+
+    finished: list[str] = []
+    silent = run()
+    watched = run(on_finish=lambda rec: finished.append(rec.rid))
+    _same(silent, watched)
+    assert sorted(finished) == sorted(r.rid for r in silent.records) and len(finished) == 600
+    assert counted[0] < 10 < 600 < counted[1]  # a SimPy event per finish when watched, none when not

@@ -31,7 +31,8 @@ def test_flags_that_change_nothing_are_accepted_and_tp_must_agree() -> None:
 
 
 @pytest.mark.parametrize("text, message", [
-    ("--enable-mixed-chunk --speculative-algorithm EAGLE", "row r1: unknown flag '--speculative-algorithm'"),
+    ("--enable-mixed-chunk --enable-two-batch-overlap", "row r1: unknown flag '--enable-two-batch-overlap'"),
+    ("--speculative-algorithm MEDUSA", "row r1: argument --speculative-algorithm: invalid choice: 'MEDUSA'"),
     ("--max-prefill-tokens", "row r1: argument --max-prefill-tokens: expected one argument"),
     ("--max-prefill-tokens lots", "row r1: argument --max-prefill-tokens: invalid int value: 'lots'"),
     ("--schedule-policy fastest", "row r1: argument --schedule-policy: invalid choice: 'fastest'"),
@@ -45,6 +46,15 @@ def test_bad_flags_are_one_line_errors_naming_row_and_flag(text: str, message: s
         parse_server_args(text, "row r1")
     assert str(exc.value).startswith("server_args: ") and message in str(exc.value)
     assert "\n" not in str(exc.value)
+
+
+def test_speculative_flags_parse_and_the_accept_length_assumption_may_be_stated() -> None:
+    text = ("--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
+            "--speculative-num-draft-tokens 4 --speculative-draft-model-path lmsys/x --speculative-accept-length 2.6")
+    assert parse_server_args(text, "row r1") == {
+        "speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4, "speculative_draft_model_path": "lmsys/x",
+        "speculative_accept_length": 2.6}
 
 
 def test_predict_options_come_from_the_same_table() -> None:

@@ -2,8 +2,8 @@
 
 Sources: SGLang 0.5.23 ``arg_groups/speculative_hook.py`` (_auto_choose_speculative_params; draft tokens =
 num_steps + 1 when topk is 1), ``managers/scheduler_components/metrics_reporter.py`` (``accept len`` =
-accepted tokens / (requests × verify passes), bonus token included), ``speculative/eagle_worker_v2.py`` (draft
-steps, verify, draft extend).
+accepted tokens / (requests × verify passes), bonus token included), SGLang 0.5.9 ``speculative/eagle_worker.py``
+(draft steps, verify, draft extend).
 """
 from __future__ import annotations
 
@@ -58,12 +58,17 @@ def test_iteration_time_by_hand() -> None:
     draft = LinearLatencyModel(base_s=0.001)
     cfg = SpeculativeConfig("EAGLE", 3, 1, 4)
     it = cfg.iteration_time(target, draft, batch=2, sum_kv=2000, accept_len=2.0)
+    # 0.5.9 eagle_worker.py: draft_forward runs num_steps − 1 = 2 draft decodes (its loop breaks before the last
+    # forward), verify = one target pass over 4 tokens per request, forward_draft_extend_after_decode = one
+    # draft pass over num_steps + 1 = 4 tokens per request
+    # verify and draft extend are decode-like passes (TARGET_VERIFY / DRAFT_EXTEND): 2 × 4 rows, each request's
+    # 1000 KV tokens read once
     draft_step = 0.001 + 2 * 1e-5 + 2000 * 1e-8      # 2 rows over 1000 KV tokens each
-    verify = 0.005 + 8 * 1e-4                         # 2 requests × 4 draft tokens
-    extend = 0.001 + 4 * 1e-4                         # the draft re-reads 2 accepted tokens per request
-    assert it.gpu_s == pytest.approx(3 * draft_step + verify + extend)
+    verify = 0.005 + 8 * 1e-5 + 2000 * 1e-8           # 2 requests × 4 draft tokens
+    extend = 0.001 + 8 * 1e-5 + 2000 * 1e-8           # 2 requests × (3 + 1) tokens
+    assert it.gpu_s == pytest.approx(2 * draft_step + verify + extend)
     assert speculative_decode_rate(cfg, target, draft, 2, 2000, 2.0, overlap=True) == pytest.approx(
-        2.0 / (3 * draft_step + verify + extend))
+        2.0 / (2 * draft_step + verify + extend))
 
 
 def test_draft_model_is_one_layer_of_the_target() -> None:
@@ -72,19 +77,3 @@ def test_draft_model_is_one_layer_of_the_target() -> None:
     assert (mtp.num_layers, mtp.num_moe_layers, mtp.hidden_size, mtp.vocab_size) == (1, 1, 7168, ds.vocab_size)
     dense = draft_model_spec(load_model("Qwen/Qwen3-32B"), "EAGLE")
     assert (dense.num_layers, dense.num_dense_layers) == (1, 1)
-
-
-def test_latency_model_prices_a_decode_step_per_accepted_token() -> None:
-    from simcore.perf.base import BatchShape
-    from simcore.speculative import SpeculativeLatencyModel
-
-    target, draft = LinearLatencyModel(), LinearLatencyModel(base_s=0.001)
-    cfg = SpeculativeConfig("NEXTN", 3, 1, 4)
-    acc = AcceptanceModel(4, 0.5)  # mean 1.875
-    lm = SpeculativeLatencyModel(cfg, target, draft, acc)
-    st = lm.step_time(BatchShape(num_decode=2, decode_sum_kv=2000, cuda_graph_bs=2))
-    iteration = cfg.iteration_time(target, draft, 2, 2000, 1.875).gpu_s  # draft extend of round(1.875) = 2 tokens
-    assert st.gpu_s == pytest.approx(iteration / 1.875)
-    prefill = BatchShape(extend_lens=(100,), prefix_lens=(0,))
-    assert lm.step_time(prefill).gpu_s == pytest.approx(target.step_time(prefill).gpu_s + 0.001 + 100 * 1e-4)
-    assert lm.name == "linear+nextn"

@@ -1,0 +1,128 @@
+"""The log parser's fast paths give what its reference paths give (issue 11, speed): the greedy batch-item regex
+against the lazy one it replaced, the timestamp header against its previous implementation, and the Kafka
+decoder's one-line fast path against ``decode_record``, on every line of the real SGLang logs in
+``../shared/data/sglang_logs`` and on seeded fuzzed text (timestamps with odd fractions, digits, separators)."""
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from streams.adapters import log_prefix, sglang_log
+from streams.adapters.base import ParseContext
+from streams.decode import decode_record
+from streams.kafka_io import RecordDecoder
+
+LOGS = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "sglang_logs"
+
+
+def _real_lines() -> list[str]:
+    lines = []
+    for path in sorted(LOGS.glob("*.log")):
+        lines.extend(path.read_text(encoding="utf-8", errors="replace").splitlines())
+    return lines
+
+
+@pytest.fixture(scope="module")
+def real_lines() -> list[str]:
+    lines = _real_lines()
+    assert len(lines) > 1000, f"the real SGLang logs under {LOGS} are missing"
+    return lines
+
+
+def _fuzz_text(rng: random.Random, n: int) -> list[str]:
+    alphabet = [",", ":", " ", ": ", ", ", ",: ", "a", "#", "\t", "\u2003", "\x1c", "x", "1", ".", "é", "%",
+                "token usage", "#new-seq", "#running-req"]
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(n)]
+
+
+def test_batch_item_regex_equals_the_lazy_reference_on_real_and_fuzzed_text(real_lines: list[str]) -> None:
+    bodies = [line.split("] ", 1)[-1] for line in real_lines]  # every line, batch lines (300+) among them
+    assert sum("batch" in b for b in bodies) > 300
+    fuzz = _fuzz_text(random.Random(11), 50_000)
+    differ = [b for b in bodies + fuzz if sglang_log._ITEM.findall(b) != sglang_log._ITEM_REFERENCE.findall(b)]
+    assert differ == []
+    # the comparison can fail: a near miss (no leading ``\s*``) differs from the reference on this input
+    near_miss = re.compile(r"([^,:]+): ([^,]*)")
+    assert any(near_miss.findall(b) != sglang_log._ITEM_REFERENCE.findall(b) for b in bodies + fuzz)
+
+
+def _reference_fast_header(line: str, ctx: ParseContext) -> tuple[str, dict[str, int]] | None:
+    """``log_prefix._fast_header`` as it was before issue 11's speed work (commit d0e738c), verbatim."""
+    if len(line) < 22 or line[5] != "-" or line[11] != " " or line[14] != ":" or line[17] != ":":
+        return None
+    close = line.find("]", 20, 120)
+    if close < 0:
+        return None
+    day = log_prefix._date_epoch(line[1:11])
+    try:
+        secs = float(int(line[12:14]) * 3600 + int(line[15:17]) * 60 + int(line[18:20]))
+    except ValueError:
+        return None
+    if day is None:
+        return None
+    rest = line[20:close]
+    ranks = log_prefix._NO_RANKS
+    if rest:
+        if rest[0] in ".,":
+            end = 1
+            while end < len(rest) and rest[end].isdigit():
+                end += 1
+            if end == 1:
+                return None
+            secs += log_prefix.frac(rest[1:end])
+            rest = rest[end:]
+        if rest:
+            if rest[0] != " ":
+                return None
+            ranks = log_prefix._ranks_of(rest)
+    ctx.day_epoch = day
+    ctx.last_ts = day + secs
+    start = close + 2 if line[close + 1:close + 2] == " " else close + 1
+    return line[start:], ranks
+
+
+def _fuzz_headers(rng: random.Random, n: int) -> list[str]:
+    out = []
+    for _ in range(n):
+        frac = rng.choice(["", ".", ",", ".5", ".25", ".250", ".1234", ".123456", ".12x", ".٣٤٥", ",001", ".0000001"])
+        tags = rng.choice(["", " TP0", " DP5 TP5", " PP1 TP3 EP2", "x", " TP", " ATTN_CP0 MOE_DP1"])
+        day = rng.choice(["2025-01-07", "2026-06-01", "2024-02-29", "2025-13-40", "20x5-01-07"])
+        clock = rng.choice(["20:16:02", "00:00:00", "23:59:59", "2x:00:00", "12:3x:00", "12:30:6x"])
+        sep = rng.choice(["] ", "]", "]  "])
+        out.append(f"[{day} {clock}{frac}{tags}{sep}Decode batch. #running-req: 3, #token: 90, ")
+    return out
+
+
+def test_header_fast_path_equals_its_reference(real_lines: list[str]) -> None:
+    dated = [line for line in real_lines if line[:1] == "[" and line[1:2].isdigit()]
+    fuzz = _fuzz_headers(random.Random(7), 5000)
+    read = 0
+    for line in dated + fuzz:
+        fast_ctx, ref_ctx = ParseContext(), ParseContext()
+        fast = log_prefix._fast_header(line, fast_ctx)
+        ref = _reference_fast_header(line, ref_ctx)
+        assert (fast, fast_ctx.last_ts, fast_ctx.day_epoch) == (ref, ref_ctx.last_ts, ref_ctx.day_epoch), line
+        read += fast is not None
+    assert read > 1000 and read < len(dated) + len(fuzz)  # both accepted and refused headers were compared
+
+
+def test_kafka_one_line_fast_path_equals_decode_record(real_lines: list[str]) -> None:
+    """RecordDecoder's fast path (keyed one-line record straight to the log parser) against the general
+    decode_record, line by line, with the same parse context carried along (timestamps inherited)."""
+    dec = RecordDecoder("auto")
+    ctx = ParseContext(source="topic", instance_id="i-1")
+    ctx.scratch["instance_fixed"] = True
+    events = 0
+    for line in real_lines:
+        raw = line.encode()
+        if not raw.startswith(b"["):
+            continue
+        fast_events, fast_error = dec(raw, b"i-1", "topic", 0, [], 1.7e9)
+        ref = decode_record(raw, key=b"i-1", source="topic", fmt="auto", timestamp_s=1.7e9, ctx=ctx)
+        ref_error = "; ".join(d.reason for d in ref.dead_letters) if ref.dead_letters else None
+        assert (fast_events, fast_error) == (list(ref.events), ref_error), line
+        events += len(fast_events)
+    assert events > 250
