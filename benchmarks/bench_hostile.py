@@ -10,9 +10,13 @@ and memory under a million distinct fake instance ids.
 * ``kafka``: the first ``M`` (default 50,000) hostile records (10 MB lines included) and the clean records through
   the embedded broker into a ``python -m shadowsim run`` process: exit status, the same comparison.
 * ``memory``: ``F`` (default 1,000,000) valid events, each of a new fake instance id, through one service with the
-  default twin cap; peak RSS and traced memory growth, twins kept, records refused (``twin_cap``).
+  default twin cap; RSS after every 100,000 records and peak RSS (tracemalloc's count with ``--trace``), twins
+  kept, records refused (``twin_cap``).
 
-``python -m benchmarks hostile [--json] [--records N] [--kafka-records M] [--fake-ids F]``.
+* ``victim`` (only with ``--only``): the victim instance's records among ``N`` hostile ones through one service, with
+  simcore's invariants checked after every record.
+
+``python -m benchmarks hostile [--json] [--records N] [--kafka-records M] [--fake-ids F] [--only PART] [--trace]``.
 """
 from __future__ import annotations
 
@@ -196,11 +200,103 @@ def kafka(m: int, tmp: Path) -> dict[str, Any]:
             tail = proc.stderr.strip().splitlines()[-1:] if proc.stderr else []
             out[f"kafka_{name}_last_line"] = tail[0] if tail else ""
             preds[name] = _healthy_predictions(tmp / f"k-{name}.jsonl", healthy)
+            out.update({f"kafka_{name}_{k}": v for k, v in _accounting(bs, topic, tmp / f"k-{name}", sent).items()})
         out["kafka_healthy_predictions_equal"] = preds["clean"] == preds["mixed"] and bool(preds["clean"])
     return out
 
 
-def memory(f: int, tmp: Path) -> dict[str, Any]:
+def _accounting(bs: str, topic: str, state: Path, sent: int) -> dict[str, Any]:
+    """Every record of the run accounted for, from what the process left behind: its last checkpoint per partition
+    (next offset, records applied, skipped and dead-lettered by reason) and the dead-letter topic itself (one
+    dead letter per record counted as dead-lettered, none twice)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from shadowsim.shadow.snapshot import SnapshotStore
+
+    store = SnapshotStore(state)
+    read = applied = skipped = 0
+    dead: dict[str, int] = {}
+    for t, part in store.partitions():
+        snap = store.load(t, part)
+        if snap is None or t != topic:
+            continue
+        read += int(snap["next_offset"])
+        applied += int(snap.get("applied", 0))
+        skipped += int(snap.get("skipped", 0))
+        for r, n in snap.get("dead_letters", {}).items():
+            dead[r] = dead.get(r, 0) + int(n)
+    # the dead-letter topic, read until idle (the embedded broker's end offset is the last batch's base offset)
+    consumer = KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, auto_offset_reset="earliest",
+                             group_id=None, fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=16 * 1024 * 1024)
+    tps = [TopicPartition(topic + ".dlq", p) for p in sorted(consumer.partitions_for_topic(topic + ".dlq") or ())]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    letters, sources = 0, set()
+    idle = time.monotonic()
+    while time.monotonic() - idle < 5.0:
+        batch = consumer.poll(timeout_ms=500)
+        for recs in batch.values():
+            for r in recs:
+                h = dict(r.headers or [])
+                letters += 1
+                sources.add((h.get("source_topic"), h.get("source_partition"), h.get("source_offset")))
+            idle = time.monotonic()
+    consumer.close()
+    counted = applied + skipped + sum(dead.values())
+    return {"records_read": read, "applied": applied, "skipped": skipped, "dead_lettered": sum(dead.values()),
+            "silent": sent - counted, "reasons": dict(sorted(dead.items())), "dlq_letters": letters,
+            "dlq_distinct_records": len(sources)}
+
+
+def victim(n: int, tmp: Path) -> dict[str, Any]:
+    """The victim instance's records among ``n`` hostile ones (the same seeded stream as ``hostile``), one by one
+    through a ``ShadowService`` (checkpoints every 5,000 of them, so rebuilds restore real checkpoints), with
+    ``simcore``'s invariants (``Server.check_invariants``) checked after every record: stops at the first one that
+    breaks them."""
+    from benchmarks.hostile import iter_hostile
+    from shadowsim.shadow.config import SnapshotConfig
+    from shadowsim.shadow.engine import engine_factory
+    from shadowsim.shadow.service import ShadowService
+    from shadowsim.shadow.sources import Record
+    from streams.kafka_io import RecordDecoder
+
+    sc, clean = _clean()
+    healthy = sorted({k.decode() for k, _ in clean if k})
+    cfg = sc.shadow.model_copy(update={"snapshot": SnapshotConfig(dir=tmp / "v", every_events=5000, every_s=1e9)})
+    svc = ShadowService(cfg, lambda a, r: StreamSource(iter(()), a), engine_factory, clock=lambda: 0.0)
+    dec = RecordDecoder("auto")
+    seen = checked = 0
+    violation = None
+    for key, value, kind in iter_hostile(n, 1, healthy):
+        if key != b"victim-0":
+            continue
+        events, err = dec(value, key, "h", 0, [], None)
+        svc.process(Record("h", 0, seen, key, events, err), flush=True)
+        seen += 1
+        if svc._checkpoint_due():
+            svc.checkpoint()
+        twin = svc.twins.get("victim-0")
+        if twin is not None and twin.engine is not None:
+            try:
+                twin.engine.server.check_invariants()
+                checked += 1
+            except AssertionError as exc:
+                violation = f"victim record {seen - 1} ({kind}): {exc}"
+                break
+    return {"victim_records": seen, "victim_applied": svc.counters["records_applied"], "victim_checked": checked,
+            "victim_violation": violation, "victim_twin_rebuilds": svc.counters["twin_rebuilds"],
+            "victim_twin_resets": svc.counters["twin_resets"]}
+
+
+def _rss_mib() -> float:
+    """Resident set size now (Linux /proc), MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def memory(f: int, tmp: Path, trace: bool = False) -> dict[str, Any]:
+    """``f`` valid events, each of a new fake instance id; RSS (and, with ``trace``, tracemalloc's count, which
+    slows the run several times) after every 100,000 records: flat once the twin cap is reached."""
     import tracemalloc
 
     from shadowsim.shadow.config import InstanceConfig, ShadowConfig, SnapshotConfig
@@ -213,24 +309,33 @@ def memory(f: int, tmp: Path) -> dict[str, Any]:
 
     cfg = ShadowConfig(instances={"default": InstanceConfig(latency_backend="linear")},
                        snapshot=SnapshotConfig(dir=tmp / "mem", every_events=50_000))
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    tracemalloc.start()
-    samples = []
+    rss0 = _rss_mib()
+    if trace:
+        tracemalloc.start()
+    rss: list[float] = []
+    traced: list[float] = []
     from shadowsim.shadow.engine import engine_factory
     from shadowsim.shadow.service import ShadowService
 
+    t = time.process_time()
     svc = ShadowService(cfg, lambda a, r: StreamSource(fakes(), a), engine_factory)
     while True:
-        n = svc.run(max_records=100_000, poll_timeout_s=0, checkpoint_at_end=False)
-        samples.append(tracemalloc.get_traced_memory()[0])
+        n = svc.run(max_records=100_000, idle_timeout_s=0, poll_timeout_s=0, checkpoint_at_end=False)
+        rss.append(_rss_mib())
+        if trace:
+            traced.append(tracemalloc.get_traced_memory()[0] / 2**20)
         if n < 100_000:
             break
-    traced_peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return {"fake_ids": f, "twins_kept": len(svc.twins), "twin_cap_refused": svc.dead_letters().get("twin_cap", 0),
-            "traced_mib_after_100k": samples[0] / 2**20, "traced_mib_at_end": samples[-1] / 2**20,
-            "traced_peak_mib": traced_peak / 2**20,
-            "rss_growth_mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024}
+    cpu = time.process_time() - t
+    out = {"fake_ids": f, "twins_kept": len(svc.twins), "twin_cap_refused": svc.dead_letters().get("twin_cap", 0),
+           "rss_mib_start": rss0, "rss_mib_per_100k": [round(x, 1) for x in rss], "rss_mib_end": rss[-1],
+           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+           "router_cache_entries": len(svc.ranks._configured), "memory_cpu_s": cpu}
+    if trace:
+        out.update({"traced_mib_per_100k": [round(x, 1) for x in traced],
+                    "traced_peak_mib": tracemalloc.get_traced_memory()[1] / 2**20})
+        tracemalloc.stop()
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -239,7 +344,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--records", type=int, default=1_000_000, help="hostile records in memory (default 1,000,000)")
     ap.add_argument("--kafka-records", type=int, default=50_000, help="hostile records through Kafka (default 50,000)")
     ap.add_argument("--fake-ids", type=int, default=1_000_000, help="distinct fake instance ids (default 1,000,000)")
-    ap.add_argument("--only", choices=["hostile", "kafka", "memory"], help="run one part")
+    ap.add_argument("--only", choices=["hostile", "kafka", "memory", "victim"], help="run one part (victim: only "
+                    "with --only; simcore's invariants after every record of the victim instance)")
+    ap.add_argument("--trace", action="store_true", help="memory: also tracemalloc's count (several times slower)")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     res: dict[str, Any] = {}
@@ -248,8 +355,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             res.update(hostile(args.records, Path(tmp) / "h"))
         if args.only in (None, "kafka"):
             res.update(kafka(args.kafka_records, Path(tmp) / "k"))
+        if args.only == "victim":
+            res.update(victim(args.records, Path(tmp) / "v"))
         if args.only in (None, "memory"):
-            res.update(memory(args.fake_ids, Path(tmp) / "m"))
+            res.update(memory(args.fake_ids, Path(tmp) / "m", trace=args.trace))
     if not args.json:
         for k, v in res.items():
             print(f"  {k:<32} {v}")

@@ -164,8 +164,7 @@ class KVCache:
         """After a prefill chunk: checkpoint ``num_tokens``; the lock moves to the returned node."""
         node = self._checkpoint(key, num_tokens, old_node, now, finished=False)
         if node is not old_node:
-            self.tree.inc_lock_ref(node)
-            self.tree.dec_lock_ref(old_node)
+            self.tree.move_lock(old_node, node)
         return node
 
     def cache_finished(self, key: Sequence[int] | None, num_tokens: int, old_node: TreeNode, now: float,

@@ -272,6 +272,26 @@ class RadixCache:
             node.lock_ref += 1
             node = node.parent  # type: ignore[assignment]
 
+    def move_lock(self, old: TreeNode, new: TreeNode) -> None:
+        """``inc_lock_ref(new)`` then ``dec_lock_ref(old)``, walking only the part of ``new``'s path below ``old``
+        when ``old`` is on it (a checkpoint extends the path): the nodes from ``old`` up keep their count (one more,
+        one less, never reaching 0, so nothing enters the heap), so the result is the same."""
+        root = self.root
+        node = new
+        below: list[TreeNode] = []
+        while node is not old and node is not root:
+            below.append(node)
+            node = node.parent  # type: ignore[assignment]
+        if node is not old:  # old is not an ancestor of new
+            self.inc_lock_ref(new)
+            self.dec_lock_ref(old)
+            return
+        for n in below:
+            if n.lock_ref == 0:
+                self.evictable_size -= n.ntok
+                self.protected_size += n.ntok
+            n.lock_ref += 1
+
     def dec_lock_ref(self, node: TreeNode) -> None:
         """Release one lock on the path; nodes reaching 0 become evictable (leaves enter the heap)."""
         while node is not self.root:

@@ -357,7 +357,8 @@ class PrefillAdder:
         reserve = min(req.max_new, self.clip) if self.family != "0.4" else max_new
         extend = req.fill_len - req.prefix_len
         total_tokens = extend + max_new + self.overhead
-        self._lock(req.last_node)
+        self._lock(req.last_node)  # for the test; kept (not released) when admitted: its prefix stays locked
+        admitted = False
         try:
             input_tokens = self._ceil_page(extend)
             if total_tokens >= self.rem_total:
@@ -366,7 +367,7 @@ class PrefillAdder:
             if check_input and self.can_run and input_tokens >= self.rem_input:
                 return AddResult.OTHER
             if self.rem_chunk is None or input_tokens <= self.rem_chunk:
-                self._lock(req.last_node)  # admitted: its prefix stays locked (no longer evictable)
+                admitted = True  # SGLang locks again and releases the test lock: the same one lock, kept here
                 self.can_run.append(req)
                 self.extend[id(req)] = extend
                 self._update(req.prefix_len, extend, reserve)
@@ -379,13 +380,14 @@ class PrefillAdder:
                 trunc = end - req.prefix_len
                 if trunc <= 0:
                     return AddResult.OTHER
-                self._lock(req.last_node)
+                admitted = True
                 self.can_run.append(req)
                 self.extend[id(req)] = trunc
                 self.new_chunked = req
                 self._update(req.prefix_len, trunc, 0)
         finally:
-            self._unlock(req.last_node)
+            if not admitted:
+                self._unlock(req.last_node)
         return self.budget_state()
 
     # -- ignore_eos requests without a radix cache (0.5.23) --

@@ -668,27 +668,45 @@ class Server(ResultProcessor, DecodeRuns):
             raise RuntimeError("speculative decode allocation failed after the capacity check")
         rows = list(self.decoding.values())
         sum_kv_before = self.sum_kv
-        lens = spec.accept([r.output_len - r.out_len for r in rows])
-        for r in rows:  # reservation terms leave at their pre-step value
-            self.res.remove(r)
+        G = self.launch_counter[0]
+        lens = spec.accept([r.output_len - (r.out_len_base + G - r.launches_base) for r in rows])
         b.n_emit = len(rows)
         if self.joined:
             b.newcomers = [r for r in self.joined if r.in_decoding]
             self.joined = []
-        self.launch_counter[0] += 1
-        b.g_after = self.launch_counter[0]
-        kept = 0
+        self.launch_counter[0] = G + 1
+        b.g_after = G + 1
+        # per request: out grows by n (the launch counter adds one, out_len_base the other n − 1), its reservation
+        # term min(max(max_new − out, 0), CLIP) is updated in place (decoding requests are held in the
+        # ReservationSum as fixed terms under speculation), its KV by the pages n more positions need
+        sums = self.res.sums
+        clip = self.res.clip
+        page1 = self.page == 1
         ceil = self._ceil
+        kept = 0
+        added = 0
+        finished: list[Req] = []
         for r, n in zip(rows, lens):
-            start = r.input_len + r.out_len - 2  # KV positions before this step: prompt + outputs − 1
-            r.out_len_base += n - 1  # the launch counter added one
-            kept += ceil(start + n) - ceil(start)
-            self.sum_kv += n
-            self.res.add(r, self._group(r), decoding=False)
-            if r.out_len >= r.output_len:
-                self._leave_r(r)
-                r.last_bid = b.bid
-                self._to_finishing(r, b)
+            pre = r.out_len_base + G - r.launches_base  # outputs before this step
+            left = r.max_new - pre
+            old = left if left < clip else clip
+            left -= n
+            new = left if left < clip else clip
+            sums[r.res_group] += (new if new > 0 else 0) - (old if old > 0 else 0)
+            r.out_len_base += n - 1
+            if page1:
+                kept += n
+            else:
+                start = r.input_len + pre - 1  # KV positions before this step: prompt + outputs − 1
+                kept += ceil(start + n) - ceil(start)
+            added += n
+            if pre + n >= r.output_len:
+                finished.append(r)
+        self.sum_kv += added
+        for r in finished:
+            self._leave_r(r)
+            r.last_bid = b.bid
+            self._to_finishing(r, b)
         kv.free_tokens(need - kept)  # the rejected drafts
         b.shape = BatchShape((), (), len(rows), sum_kv_before, (), self._pad(len(rows)))
         return b

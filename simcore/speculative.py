@@ -264,16 +264,16 @@ class SpeculativeDecoding:
 
     def accept(self, caps: list[int]) -> list[int]:
         """Accepted length of each request of a decode batch, ``caps[i]`` = its remaining output tokens."""
+        import numpy as np
+
         a, n = self.acceptance.accept_prob, self.acceptance.max_len
-        draws = self.rng.random((len(caps), n - 1)) if n > 1 else None
-        out = []
-        for i, cap in enumerate(caps):
-            length = 1
-            if draws is not None:
-                row = draws[i]
-                while length < n and row[length - 1] < a:
-                    length += 1
-            out.append(length if length < cap else cap)
+        if n > 1:
+            # row i accepts draft k while draws[i, 0..k] are all below a: L = 1 + the run of leading accepts
+            draws = self.rng.random((len(caps), n - 1))
+            lengths = 1 + np.cumprod(draws < a, axis=1).sum(axis=1)
+            out = np.minimum(lengths, np.asarray(caps)).tolist()
+        else:
+            out = [1] * len(caps)
         self.accepted_tokens += sum(out)
         self.verify_passes += len(out)
         return out

@@ -25,7 +25,8 @@ configurations, launched by ``benchmarks/single_node/*.sh``:
   speculative decoding (``--speculative-algorithm EAGLE --speculative-num-steps 2 --speculative-num-draft-tokens 3
   --speculative-eagle-topk 1``), ``--max-running-requests 512``, ``--chunked-prefill-size 16384
   --max-prefill-tokens 16384``; every TP8 EP1 fp8 row that is not a ``cfg87`` point is one of these (the only
-  other TP8 EP1 fp8 configuration). ``validate`` does not run speculative decoding yet: left out (counted);
+  other TP8 EP1 fp8 configuration). They go to ``validation/sglang_deepseek_inferencex_eagle.csv`` (24 distinct
+  runs; the accepted length is not recorded, ``validate`` assumes its default, `simcore.speculative`);
 - ``dsr1-fp4-b200-sglang`` (``dsr1_fp4_b200.sh``, nvidia/DeepSeek-R1-0528-FP4-V2): TP4 EP4 at the three lengths, C
   4…128, and TP8 EP8 at 1024×1024 / 1024×8192, C 4…128, and 8192×1024, C 4…16 (33 points; the file has exactly
   33 distinct nvfp4 0.5.9 TP4/EP4 and TP8/EP8 measurements): ``--cuda-graph-max-bs 256 --max-running-requests 256
@@ -74,6 +75,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 SOURCE = ROOT / "sglang_deepseek_b200_b300_deployed.csv"  # TP/EP as launched (build_deepseek_deployed.py)
 OUT = ROOT / "sglang_deepseek_inferencex.csv"
+OUT_EAGLE = ROOT / "sglang_deepseek_inferencex_eagle.csv"  # the EAGLE configuration's rows (slow to simulate)
 PLAIN_CONFIG_ID = "_cfg87"  # dsr1-fp8-b200-sglang's 11 TP8 points (isl×osl×C as in nvidia-master.yaml @12ba0ae07)
 RANGE_RATIO = "0.8"
 NOT_SIMULATED = {
@@ -108,6 +110,17 @@ def launch_flags(concurrency: int, tp: int, ep: int, precision: str) -> str:
             f"--scheduler-recv-interval {recv} --disable-radix-cache --stream-interval 30 --ep-size {ep}")
 
 
+def eagle_flags(concurrency: int) -> str:
+    """``dsr1_fp8_b200_mtp.sh`` @12ba0ae07 (TP 8 only), the flags the simulator models (``SGLANG_ENABLE_SPEC_V2=1``,
+    ``--fp8-gemm-backend flashinfer_trtllm`` and the chat template of ``--use-chat-template`` are not simulated)."""
+    recv = 30 if concurrency >= 16 else 10
+    return (f"--cuda-graph-max-bs 512 --max-running-requests 512 --mem-fraction-static 0.82 "
+            f"--kv-cache-dtype fp8_e4m3 --chunked-prefill-size 16384 --max-prefill-tokens 16384 "
+            f"--scheduler-recv-interval {recv} --disable-radix-cache --stream-interval 30 --ep-size 1 "
+            f"--speculative-algorithm EAGLE --speculative-num-steps 2 --speculative-num-draft-tokens 3 "
+            f"--speculative-eagle-topk 1")
+
+
 def config_of(r: dict[str, str], plain_tp8: set[tuple]) -> str | None:
     """The InferenceX configuration a B200 SGLang 0.5.9 or B300 0.5.10.post1 row measured (None: none here)."""
     tp, ep = int(r["tp"]), int(r["ep"])
@@ -134,8 +147,9 @@ def _key(r: dict[str, str]) -> tuple:
             round(float(r["measured_ttft_ms"]), 6), round(float(r["measured_tpot_ms"]), 6))
 
 
-def build(source: Path) -> tuple[list[str], list[dict[str, str]], dict[str, int]]:
-    """(fields, rows, counts per rule: rows kept per configuration, ``same run`` and ``mtp`` rows left out)."""
+def build(source: Path) -> tuple[list[str], list[dict[str, str]], dict[str, int], list[dict[str, str]]]:
+    """(fields, rows, counts per rule: rows kept per configuration and ``same run`` rows left out, the EAGLE
+    configuration's rows for OUT_EAGLE)."""
     with source.open(newline="") as fh:
         reader = csv.DictReader(fh)
         fields = list(reader.fieldnames or [])
@@ -143,14 +157,12 @@ def build(source: Path) -> tuple[list[str], list[dict[str, str]], dict[str, int]
     plain_tp8 = {_key(r) for r in rows if r["id"].endswith(PLAIN_CONFIG_ID)}
     assert len(plain_tp8) == 11, f"expected the 11 TP8 points of dsr1-fp8-b200-sglang, found {len(plain_tp8)}"
     out: list[dict[str, str]] = []
+    eagle: list[dict[str, str]] = []
     seen: dict[tuple, str] = {}
     counts: dict[str, int] = {}
     for r in rows:
         cfg = config_of(r, plain_tp8)
         if cfg is None:
-            continue
-        if cfg.endswith("-mtp"):
-            counts["mtp (left out)"] = counts.get("mtp (left out)", 0) + 1
             continue
         k = _key(r)
         if k in seen:
@@ -159,18 +171,20 @@ def build(source: Path) -> tuple[list[str], list[dict[str, str]], dict[str, int]
         seen[k] = r["id"]
         c, tp, ep = int(r["concurrency"]), int(r["tp"]), int(r["ep"])
         r = dict(r)
-        r["server_args"] = launch_flags(c, tp, ep, r["precision"])
+        r["server_args"] = eagle_flags(c) if cfg.endswith("-mtp") else launch_flags(c, tp, ep, r["precision"])
         r["client"] = "bench_serving"
         r["random_range_ratio"] = RANGE_RATIO
         r["seed"] = "0"
         r["num_requests"] = str(10 * c)
         r["warmup_requests"] = str(2 * c)
         r["deployment_note"] = f"{cfg}; not simulated: {NOT_SIMULATED[r['precision']]}"
+        if cfg.endswith("-mtp"):
+            r["deployment_note"] += " SGLANG_ENABLE_SPEC_V2=1 --fp8-gemm-backend flashinfer_trtllm --use-chat-template"
         counts[cfg] = counts.get(cfg, 0) + 1
-        out.append(r)
+        (eagle if cfg.endswith("-mtp") else out).append(r)
     extra = [f for f in ("client", "random_range_ratio", "seed", "warmup_requests", "deployment_note")
              if f not in fields]
-    return fields + extra, out, counts
+    return fields + extra, out, counts, eagle
 
 
 def render(fields: list[str], rows: list[dict[str, str]]) -> str:
@@ -188,15 +202,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--check", action="store_true", help="compare with --out instead of writing; exit 1 if stale")
     a = ap.parse_args(argv)
-    fields, rows, counts = build(a.source)
-    text = render(fields, rows)
+    fields, rows, counts, eagle = build(a.source)
+    outputs = ((a.out, render(fields, rows)), (a.out.with_name(OUT_EAGLE.name), render(fields, eagle)))
     if a.check:
-        if not a.out.exists() or a.out.read_text() != text:
-            print(f"{a.out} is stale: rerun python validation/build_deepseek_inferencex.py", file=sys.stderr)
-            return 1
+        for path, text in outputs:
+            if not path.exists() or path.read_text() != text:
+                print(f"{path} is stale: rerun python validation/build_deepseek_inferencex.py", file=sys.stderr)
+                return 1
         return 0
-    a.out.write_text(text)
-    print(f"wrote {a.out}: {len(rows)} rows; {counts}")
+    for path, text in outputs:
+        path.write_text(text)
+    print(f"wrote {a.out}: {len(rows)} rows; {counts}; {OUT_EAGLE.name}: {len(eagle)} rows")
     return 0
 
 

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 RANK_SEP = "#dp"
+#: at most this many instance ids in the configured-DP-size cache (cleared beyond: it is only a cache)
+MAX_CONFIGURED_CACHE = 10_000
+_MISSING = object()
 
 
 _FIELDS: dict[type, tuple[bool, bool] | None] = {}
@@ -58,6 +61,9 @@ class RankRouter:
     _request_rank: dict[tuple[str, str], int] = field(default_factory=dict)
 
     _configured: dict[str, int] = field(default_factory=dict)  # configured_dp_size, asked once per instance
+    #: what routing changed since ``commit``: (table, key, previous value or _MISSING), so that a record the service
+    #: refuses or rolls back leaves the router as it was (a refused record of a new instance id adds nothing)
+    _undo: list[tuple[dict[Any, Any], Any, Any]] = field(default_factory=list)
 
     def dp_size(self, instance_id: str) -> int:
         n = self._dp_size.get(instance_id)
@@ -65,8 +71,30 @@ class RankRouter:
             return n
         n = self._configured.get(instance_id)
         if n is None:
+            if len(self._configured) >= MAX_CONFIGURED_CACHE:  # a cache: ids of a flood must not fill it
+                self._configured.clear()
             n = self._configured[instance_id] = self.configured_dp_size(instance_id)
         return n
+
+    def _set(self, table: dict[Any, Any], key: Any, value: Any) -> None:
+        self._undo.append((table, key, table.get(key, _MISSING)))
+        if value is _MISSING:
+            del table[key]
+        else:
+            table[key] = value
+
+    def commit(self) -> None:
+        """Keep what routing changed since the last ``commit`` or ``roll_back`` (the record was applied)."""
+        self._undo.clear()
+
+    def roll_back(self) -> None:
+        """Undo what routing changed since the last ``commit`` (the record was refused or failed)."""
+        while self._undo:
+            table, key, old = self._undo.pop()
+            if old is _MISSING:
+                table.pop(key, None)
+            else:
+                table[key] = old
 
     def twin_id(self, ev: Any) -> str:
         iid = ev.instance_id
@@ -78,7 +106,7 @@ class RankRouter:
             rank = ev.dp_rank if fields[0] else None
             rid = ev.request_id if fields[1] else None
         if kind == "server_config" and getattr(ev, "dp_size", None):
-            self._dp_size[iid] = int(ev.dp_size)
+            self._set(self._dp_size, iid, int(ev.dp_size))
         if rank is not None:
             return rank_twin_id(iid, int(rank))
         n = self.dp_size(iid)
@@ -89,11 +117,11 @@ class RankRouter:
             if kind != "request_arrived":
                 return iid  # a request that arrived before the DP size was known stays on the instance twin
             k = self._next_rank.get(iid, 0)
-            self._request_rank[key] = k % n
-            self._next_rank[iid] = k + 1
+            self._set(self._request_rank, key, k % n)
+            self._set(self._next_rank, iid, k + 1)
         rank = self._request_rank[key]
         if kind == "request_finished":
-            del self._request_rank[key]
+            self._set(self._request_rank, key, _MISSING)
         return rank_twin_id(iid, rank)
 
     def snapshot(self) -> dict[str, Any]:

@@ -64,6 +64,7 @@ class PartitionState:
     next_offset: int | None = None  # None: nothing read yet and no snapshot (the group's committed offset rules)
     dead_letters: dict[str, int] = field(default_factory=dict)  # reason -> count
     skipped: int = 0  # records with nothing of SGLang's in them (other programs' lines)
+    applied: int = 0  # records applied to twins (with dead_letters and skipped: every record the partition read)
     instances: set[str] = field(default_factory=set)
     since_checkpoint: int = 0
     max_ts: float = -math.inf  # newest event time of an accepted record (the time window's reference)
@@ -152,6 +153,7 @@ class ShadowService:
             ps.next_offset = int(snap["next_offset"])
             ps.dead_letters = {str(k): int(v) for k, v in snap.get("dead_letters", {}).items()}
             ps.skipped = int(snap.get("skipped", 0))
+            ps.applied = int(snap.get("applied", 0))  # absent in older checkpoints
             ps.max_ts = float(snap["max_ts"]) if snap.get("max_ts") is not None else -math.inf
             for iid, twin in twins.items():
                 self.twins[iid] = twin
@@ -245,6 +247,7 @@ class ShadowService:
             ps.skipped += 1
         elif self._apply_record(tp, ps, rec):
             self.counters["records_applied"] += 1
+            ps.applied += 1
         ps.next_offset = rec.offset + 1
         ps.since_checkpoint += 1
         self.records_processed += 1
@@ -294,6 +297,7 @@ class ShadowService:
         ids = [twin_id(ev) for ev in events]  # one twin per DP rank (shadowsim/shadow/ranks.py)
         refused = self._admit(ps, rec, ids)
         if refused is not None:
+            self.ranks.roll_back()  # a refused record routes nothing (and a flood of new ids leaves no trace)
             self._reject(ps, rec, *refused)
             return False
         before: dict[str, tuple[int, int]] = {}  # iid -> (journal length, outputs) before this record
@@ -320,14 +324,17 @@ class ShadowService:
                 dirty.add(iid)
                 held.add(iid)
         except RecordRejected as exc:
+            self.ranks.roll_back()
             self._roll_back(tp, ps, rec, before, created, clean=applied == 0, why=str(exc))
             self._reject(ps, rec, exc.reason, str(exc).split(": ", 1)[-1])
             return False
         except Exception as exc:  # noqa: BLE001 - no record may stop the service
+            self.ranks.roll_back()
             why = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
             self._roll_back(tp, ps, rec, before, created, clean=False, why=why)
             self._reject(ps, rec, "apply_error", why)
             return False
+        self.ranks.commit()
         newest = events[0].ts if len(events) == 1 else max(ev.ts for ev in events)
         if newest > ps.max_ts:  # max(ps.max_ts, newest)
             ps.max_ts = newest
@@ -500,6 +507,7 @@ class ShadowService:
                 "next_offset": ps.next_offset,
                 "dead_letters": ps.dead_letters,
                 "skipped": ps.skipped,
+                "applied": ps.applied,
                 "max_ts": ps.max_ts if math.isfinite(ps.max_ts) else None,
                 "twins": {iid: self.twins[iid].snapshot() if iid in ps.dirty or iid not in ps.saved else UNCHANGED
                           for iid in live},

@@ -207,6 +207,24 @@ class StepLatencyModel:
         chunks = -(-prefix_tokens // MLA_PREFIX_CHUNK_TOKENS)
         return gemm_s + self._k_ew * self.costs.elementwise_s(byts, _MLA_CHUNK_KERNELS * chunks)
 
+    def mla_new_tokens_mha_s(self, new_tokens: int) -> float:
+        """Seconds per layer the MLA MHA path spends turning ``new_tokens`` freshly computed latents into k and v.
+
+        sglang 0.5.9 ``attention_forward_methods/forward_mha.py`` (``forward_normal_prepare`` /
+        ``forward_normal_chunked_kv_prepare``): ``kv = self.kv_b_proj(kv_a)`` over every new token of the batch, then
+        ``_concat_and_cast_mha_k`` assembles k = [k_nope, k_pe]. Neither is in the context-MLA table, which times
+        the attention kernel alone (aiconfigurator ``collector/sglang/collect_mla.py``: a bare ``RadixAttention``).
+        Priced as the kv_b_proj GEMM table at m = new tokens plus one elementwise kernel that reads k_nope (heads ×
+        qk_nope) and k_pe (rope dims, shared by the heads) and writes k (heads × qk head dim), all bf16."""
+        if new_tokens <= 0 or self._kv_b_curve is None:
+            return 0.0
+        sh = self.shapes
+        rope = sh.mla_kv_dim - sh.mla_kv_b.k
+        qk_nope = sh.mla_qk_head_dim - rope
+        byts = new_tokens * 2.0 * (sh.q_heads * (qk_nope + sh.mla_qk_head_dim) + rope)
+        return (self._k_gemm * self._kv_b_curve(new_tokens) * 1e-3
+                + self._k_ew * self.costs.elementwise_s(byts, 1))
+
     def _generation_attention(self, batch: int, sum_kv: int) -> float:
         sh = self.shapes
         if sh.is_mla:
@@ -247,7 +265,7 @@ class StepLatencyModel:
                 # decode rows of a mixed batch are extend rows of 1 token over their KV (the new token excluded)
                 prefix = sum(shape.prefix_lens) + max(0, shape.decode_sum_kv - shape.num_decode)
                 if mla_extend_runs_mha(self._sm_version, prefix):
-                    gpu += L * self.mla_prefix_s(prefix)
+                    gpu += L * (self.mla_prefix_s(prefix) + self.mla_new_tokens_mha_s(ext_tokens + bs))
                     decode_attention = False  # the decode rows' queries ride the MHA extend kernel
         if decode_attention:
             gpu += self._k_gen * self._generation_attention_layers(bs, shape)

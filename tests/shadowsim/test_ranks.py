@@ -59,3 +59,32 @@ def test_requests_are_dispatched_round_robin_and_followed() -> None:
     again.restore(state)
     assert again.twin_id(RequestFinished(ts=3.0, event_id="r3:d", request_id="r3", prompt_tokens=10, output_tokens=1,
                                          **common)) == "dp#dp0"
+
+
+def test_refused_records_leave_the_router_as_it_was_and_a_flood_of_ids_keeps_it_bounded(tmp_path: Path) -> None:
+    """Found by the memory benchmark (1,000,000 fake instance ids, issue 11): routing a record registered its
+    instance in the router before admission, so every refused record of a new id stayed there (one cache entry per
+    id, without end), and a refused server_config's dp_size re-routed the instance. A refused record routes
+    nothing now, and the configured-DP-size cache is bounded."""
+    from shadowsim.shadow.config import LimitsConfig
+    from shadowsim.shadow.ranks import MAX_CONFIGURED_CACHE
+    from simcore.events import DecodeBatch, ServerConfig
+
+    cfg = ShadowConfig(instances={"default": InstanceConfig(model="unknown", latency_backend="linear")},
+                       limits=LimitsConfig(max_twins=2),
+                       snapshot=SnapshotConfig(dir=tmp_path / "s", every_s=1e9, every_events=10**9))
+    t = 1.8e9
+    common = {"source": "t"}
+    evs = [DecodeBatch(instance_id=f"real-{k}", ts=t, event_id=f"d{k}", running_reqs=1, **common) for k in range(2)]
+    evs += [ServerConfig(instance_id="fake-dp", ts=t, event_id="c", dp_size=4, **common)]  # beyond the cap
+    evs += [RequestArrived(instance_id="fake-dp", ts=t, event_id="a", request_id="q", prompt_tokens=5, **common)]
+    evs += [DecodeBatch(instance_id=f"fake-{k}", ts=t, event_id=f"f{k}", running_reqs=1, **common)
+            for k in range(MAX_CONFIGURED_CACHE + 5000)]
+    recs = tuple(Record("t", 0, i, ev.instance_id.encode(), [ev]) for i, ev in enumerate(evs))
+    svc = ShadowService(cfg, lambda a, r: MemorySource(recs, a, r), engine_factory, clock=lambda: t)
+    svc.run(idle_timeout_s=0, checkpoint_at_end=False)
+    assert sorted(svc.twins) == ["real-0", "real-1"]
+    assert svc.dead_letters() == {"twin_cap": len(evs) - 2}
+    r = svc.ranks
+    assert r._dp_size == {} and r._next_rank == {} and r._request_rank == {} and r._undo == []
+    assert len(r._configured) <= MAX_CONFIGURED_CACHE

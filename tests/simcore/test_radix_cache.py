@@ -273,3 +273,33 @@ def test_split_refreshes_the_unmatched_tail(via_insert: bool) -> None:
     assert c.match_prefix((1, 2, 3, 4, 5, 6, 7, 8), 8, now=3.0).prefix_len == 8
     assert c.match_prefix((20, 21, 22, 23), 4, now=3.0).prefix_len == 0
     c.check_invariants()
+
+
+def test_move_lock_is_inc_then_dec() -> None:
+    """``move_lock(old, new)`` (a checkpoint moving a request's lock down its path) leaves the tree exactly as
+    ``inc_lock_ref(new); dec_lock_ref(old)``: counts, sizes and the eviction order, on and off the path."""
+    import random
+
+    rnd = random.Random(3)
+    for trial in range(40):
+        a, b = RadixCache(1, 4), RadixCache(1, 4)
+        keys = [tuple(rnd.randrange(3) for _ in range(rnd.randrange(1, 9))) for _ in range(12)]
+        for i, k in enumerate(keys):
+            for c in (a, b):
+                c.insert(k, 4 * len(k), float(i))
+        k_old = keys[rnd.randrange(len(keys))]
+        k_new = k_old + tuple(rnd.randrange(3) for _ in range(3)) if trial % 2 else keys[rnd.randrange(len(keys))]
+        pair = []
+        for c in (a, b):
+            old = c.match_prefix(k_old, 4 * len(k_old), 50.0).node
+            c.inc_lock_ref(old)
+            c.insert(k_new, 4 * len(k_new), 51.0)
+            new = c.match_prefix(k_new, 4 * len(k_new), 52.0).node
+            pair.append((old, new))
+        a.move_lock(*pair[0])
+        b.inc_lock_ref(pair[1][1])
+        b.dec_lock_ref(pair[1][0])
+        assert a.to_state() == b.to_state()
+        assert (a.evictable_size, a.protected_size) == (b.evictable_size, b.protected_size)
+        assert a.eviction_order() == b.eviction_order()
+        a.check_invariants()

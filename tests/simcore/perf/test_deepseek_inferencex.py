@@ -27,12 +27,16 @@ def _build_module(repo_dir):
 
 def test_inferencex_file_is_the_build_output_and_its_rules_hold(repo_dir) -> None:
     build = _build_module(repo_dir)
-    fields, rows, counts = build.build(repo_dir / "validation" / "sglang_deepseek_b200_b300_deployed.csv")
+    fields, rows, counts, eagle = build.build(repo_dir / "validation" / "sglang_deepseek_b200_b300_deployed.csv")
     assert build.render(fields, rows) == (repo_dir / "validation" / "sglang_deepseek_inferencex.csv").read_text()
-    # every point of the two plain configurations once (11 + 4 fp8, 18 + 15 nvfp4); 27 rows belong to the EAGLE
-    # configuration and 8 are the same run filed twice
-    assert counts == {"dsr1-fp8-b200-sglang": 15, "dsr1-fp4-b200-sglang": 33, "mtp (left out)": 27,
-                      "same run (left out)": 8, "dsr1-fp8-b300-sglang": 10, "dsr1-fp4-b300-sglang": 21}
+    assert build.render(fields, eagle) == (repo_dir / "validation" / "sglang_deepseek_inferencex_eagle.csv").read_text()
+    # every point of the plain configurations once (B200: 11 + 4 fp8, 18 + 15 nvfp4); 24 distinct runs of the EAGLE
+    # configuration; 11 rows are the same run filed twice
+    assert counts == {"dsr1-fp8-b200-sglang": 15, "dsr1-fp4-b200-sglang": 33, "dsr1-fp8-b200-sglang-mtp": 24,
+                      "same run (left out)": 11, "dsr1-fp8-b300-sglang": 10, "dsr1-fp4-b300-sglang": 21}
+    assert all("--speculative-algorithm EAGLE --speculative-num-steps 2 --speculative-num-draft-tokens 3" in r["server_args"]
+               and r["tp"] == "8" and r["gpu"] == "b200_sxm" for r in eagle)
+    assert not any("speculative" in r["server_args"] for r in rows)
     # B300 (0.5.10.post1): the cfg719/cfg720 (fp8) and cfg717/cfg718 (nvfp4) rows, every point of their configurations
     b300 = Counter(r["id"].rsplit("_", 1)[-1] for r in rows if r["gpu"] == "b300_sxm")
     assert b300 == {"cfg719": 6, "cfg720": 4, "cfg717": 12, "cfg718": 9}
