@@ -608,27 +608,39 @@ class Server(ResultProcessor, DecodeRuns):
                 retracted.append(r.rid)
                 need = self._decode_need(zombies)
             if kv.available() < need:  # even one request does not fit: SGLang aborts it
-                for r in list(self.decoding.values()):
-                    self._leave_r(r)
-                    r.held = self._ceil(r.input_len + r.out_len_base - 1)
-                    self._abort(r, t)
+                self._abort_decoding(t)
                 if kv.available() < self._decode_need(zombies):
                     zombies = []  # finished anyway: their wasted rows are skipped when nothing fits
                 need = self._decode_need(zombies)
                 if not zombies:
                     return None
-            rem = list(self.decoding.values())
-            if rem:
-                self.ratio.current = NewTokenRatio.after_retract(
-                    [r.out_len for r in rem], [r.max_new for r in rem], self.settings.retract_decode_steps)
+            self._ratio_after_retraction()
         else:
             self.ratio.decay_step()
+        b = self._new_decode_batch(retracted)
+        nrows, sum_kv = self._launch_decode_rows(b, zombies, need)
+        b.shape = BatchShape((), (), nrows, sum_kv, (), self._pad(nrows))
+        return b
+
+    def _abort_decoding(self, t: float) -> None:
+        """Not even one decoding request fits the pool: SGLang aborts them all (``retract_decode``)."""
+        for r in list(self.decoding.values()):
+            self._leave_r(r)
+            r.held = self._ceil(r.input_len + r.out_len_base - 1)
+            self._abort(r, t)
+
+    def _ratio_after_retraction(self) -> None:
+        """``new_token_ratio`` after a retraction, from the requests still decoding (none: unchanged)."""
+        rem = list(self.decoding.values())
+        if rem:
+            self.ratio.current = NewTokenRatio.after_retract(
+                [r.out_len for r in rem], [r.max_new for r in rem], self.settings.retract_decode_steps)
+
+    def _new_decode_batch(self, retracted: list[str]) -> Batch:
         self.bid += 1
         b = Batch(self.bid, "decode")
         if retracted:
             b.retracted = tuple(retracted)
-        nrows, sum_kv = self._launch_decode_rows(b, zombies, need)
-        b.shape = BatchShape((), (), nrows, sum_kv, (), self._pad(nrows))
         return b
 
     def _decode_spec(self, t: float) -> Batch | None:
@@ -650,20 +662,12 @@ class Server(ResultProcessor, DecodeRuns):
                 retracted.append(r.rid)
                 need = spec.config.decode_reservation(len(self.decoding), self.page)
             if kv.available() < need:  # even one request does not fit: SGLang aborts it
-                for r in list(self.decoding.values()):
-                    self._leave_r(r)
-                    r.held = self._ceil(r.input_len + r.out_len_base - 1)
-                    self._abort(r, t)
+                self._abort_decoding(t)
                 return None
-            rem = list(self.decoding.values())
-            self.ratio.current = NewTokenRatio.after_retract(
-                [r.out_len for r in rem], [r.max_new for r in rem], self.settings.retract_decode_steps)
+            self._ratio_after_retraction()
         else:
             self.ratio.decay_step()
-        self.bid += 1
-        b = Batch(self.bid, "decode")
-        if retracted:
-            b.retracted = tuple(retracted)
+        b = self._new_decode_batch(retracted)
         if not kv.alloc(need):  # the verify pass's draft slots (check_decode_mem evicted for them)
             raise RuntimeError("speculative decode allocation failed after the capacity check")
         rows = list(self.decoding.values())

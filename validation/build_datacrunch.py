@@ -42,12 +42,11 @@ Usage (from the repo root):
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import math
-import sys
 from pathlib import Path
+
+from shadowsim.measurement_files import render_csv, write_or_check
 
 HERE = Path(__file__).resolve().parent
 SOURCE_DIR = HERE / "datacrunch_h200"
@@ -116,11 +115,7 @@ def build_rows(source_dir: Path = SOURCE_DIR) -> list[dict[str, str]]:
 
 
 def render(rows: list[dict[str, str]]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
+    return render_csv(COLUMNS, rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,13 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="compare with --out instead of writing; exit 1 if stale")
     a = ap.parse_args(argv)
     text = render(build_rows())
+    status = write_or_check([(a.out, text)], check=a.check, rebuild="python validation/build_datacrunch.py")
     if a.check:
-        if not a.out.exists() or a.out.read_text() != text:
-            print(f"{a.out} is stale: run python validation/build_datacrunch.py", file=sys.stderr)
-            return 1
-        print(f"{a.out} is up to date")
-        return 0
-    a.out.write_text(text)
+        return status
     print(f"wrote {a.out} ({text.count(chr(10)) - 1} rows)")
     return 0
 

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import re
-import sys
 from pathlib import Path
+
+from shadowsim.measurement_files import render_csv, write_or_check
 
 ROOT = Path(__file__).resolve().parent
 SOURCE = ROOT.parent.parent / "shared" / "data" / "validation" / "sglang_deepseek_b200_b300.csv"
@@ -71,11 +71,7 @@ def build(source: Path) -> tuple[list[str], list[dict[str, str]]]:
 
 
 def render(fields: list[str], rows: list[dict[str, str]]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
+    return render_csv(fields, rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,12 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="compare with --out instead of writing; exit 1 if stale")
     a = ap.parse_args(argv)
     text = render(*build(a.source))
+    status = write_or_check([(a.out, text)], check=a.check, rebuild="python validation/build_deepseek_deployed.py")
     if a.check:
-        if not a.out.exists() or a.out.read_text() != text:
-            print(f"{a.out} is stale: run python validation/build_deepseek_deployed.py", file=sys.stderr)
-            return 1
-        return 0
-    a.out.write_text(text)
+        return status
     print(f"wrote {a.out} ({text.count(chr(10)) - 1} rows)")
     return 0
 

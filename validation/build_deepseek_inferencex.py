@@ -68,9 +68,10 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import sys
 from pathlib import Path
+
+from shadowsim.measurement_files import render_csv, write_or_check
 
 ROOT = Path(__file__).resolve().parent
 SOURCE = ROOT / "sglang_deepseek_b200_b300_deployed.csv"  # TP/EP as launched (build_deepseek_deployed.py)
@@ -188,12 +189,7 @@ def build(source: Path) -> tuple[list[str], list[dict[str, str]], dict[str, int]
 
 
 def render(fields: list[str], rows: list[dict[str, str]]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({f: r.get(f, "") for f in fields})
-    return buf.getvalue()
+    return render_csv(fields, rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,14 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     fields, rows, counts, eagle = build(a.source)
     outputs = ((a.out, render(fields, rows)), (a.out.with_name(OUT_EAGLE.name), render(fields, eagle)))
+    status = write_or_check(outputs, check=a.check, rebuild="python validation/build_deepseek_inferencex.py")
     if a.check:
-        for path, text in outputs:
-            if not path.exists() or path.read_text() != text:
-                print(f"{path} is stale: rerun python validation/build_deepseek_inferencex.py", file=sys.stderr)
-                return 1
-        return 0
-    for path, text in outputs:
-        path.write_text(text)
+        return status
     print(f"wrote {a.out}: {len(rows)} rows; {counts}; {OUT_EAGLE.name}: {len(eagle)} rows")
     return 0
 

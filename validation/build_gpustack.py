@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import re
 import shlex
 import sys
 from pathlib import Path
+
+from shadowsim.measurement_files import render_csv, write_or_check
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_SHARED = HERE.parent.parent / "shared"
@@ -181,11 +182,7 @@ def build(shared: Path) -> tuple[list[dict[str, object]], list[str]]:
 
 
 def render(rows: list[dict[str, object]]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
+    return render_csv(COLUMNS, rows)
 
 
 def shape(shared: Path, quantiles: int = 20) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -219,11 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     text = render(rows)
     for d in dropped:
         print(f"left out: {d}", file=sys.stderr)
+    status = write_or_check([(a.out, text)], check=a.check, rebuild="python validation/build_gpustack.py")
     if a.check:
-        same = a.out.exists() and a.out.read_text() == text
-        print(f"{a.out}: {'up to date' if same else 'STALE'}", file=sys.stderr)
-        return 0 if same else 1
-    a.out.write_text(text)
+        return status
     flagged = sum(1 for r in rows if r["unsupported"])
     print(f"wrote {a.out}: {len(rows)} rows ({flagged} marked unsupported), {len(dropped)} left out", file=sys.stderr)
     return 0
