@@ -8,7 +8,6 @@ finite median TTFT / median ITL / output-throughput errors. No accuracy threshol
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
@@ -21,15 +20,10 @@ from simcore.perf.profile import CalibrationProfile, default_profile
 from simcore.perf.validation import validate, weighted_median
 
 
-def _build(repo_dir):
-    spec = importlib.util.spec_from_file_location("build_datacrunch", repo_dir / "validation" / "build_datacrunch.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
-def test_file_is_the_build_output(repo_dir) -> None:
-    mod = _build(repo_dir)
+def test_file_is_the_build_output(repo_dir, validation_builder) -> None:
+    mod = validation_builder("build_datacrunch")
     assert mod.main(["--check"]) == 0
     rows = mod.build_rows()
     assert len(rows) == 15  # 70B: 5 rates + 6 offline; 405B: 4 rates (ShareGPT runs left out)

@@ -9,7 +9,6 @@ The rules (module docstring of the builder): SemiAnalysisAI/InferenceX @12ba0ae0
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from collections import Counter
 
 import pytest
@@ -18,15 +17,10 @@ from shadowsim.commands.validate import read_rows
 from simcore.perf.validation import simulate_row
 
 
-def _build_module(repo_dir):
-    spec = importlib.util.spec_from_file_location("build_ix", repo_dir / "validation" / "build_deepseek_inferencex.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
-def test_inferencex_file_is_the_build_output_and_its_rules_hold(repo_dir) -> None:
-    build = _build_module(repo_dir)
+def test_inferencex_file_is_the_build_output_and_its_rules_hold(repo_dir, validation_builder) -> None:
+    build = validation_builder("build_deepseek_inferencex")
     fields, rows, counts, eagle = build.build(repo_dir / "validation" / "sglang_deepseek_b200_b300_deployed.csv")
     assert build.render(fields, rows) == (repo_dir / "validation" / "sglang_deepseek_inferencex.csv").read_text()
     assert build.render(fields, eagle) == (repo_dir / "validation" / "sglang_deepseek_inferencex_eagle.csv").read_text()

@@ -5,7 +5,6 @@ within the issue's TPOT goal (docs/accuracy.md §3.10 has the whole-file figures
 from __future__ import annotations
 
 import csv
-import importlib.util
 from collections import Counter
 
 import pytest
@@ -15,16 +14,10 @@ from simcore.perf.slices import slice_summary
 from simcore.perf.validation import simulate_row, unsupported_reason
 
 
-def _build_module(repo_dir):
-    spec = importlib.util.spec_from_file_location("build_deepseek", repo_dir / "validation" /
-                                                  "build_deepseek_deployed.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
-def test_deployed_file_is_the_build_output_and_its_rules_hold(repo_dir, shared_dir) -> None:
-    build = _build_module(repo_dir)
+def test_deployed_file_is_the_build_output_and_its_rules_hold(repo_dir, shared_dir, validation_builder) -> None:
+    build = validation_builder("build_deepseek_deployed")
     source = shared_dir / "data" / "validation" / "sglang_deepseek_b200_b300.csv"
     fields, rows = build.build(source)
     out = repo_dir / "validation" / "sglang_deepseek_b200_b300_deployed.csv"

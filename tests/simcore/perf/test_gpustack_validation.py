@@ -12,7 +12,6 @@ measurements contradict the physics of the same page set (asserted below) and ar
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections import Counter
 
@@ -34,15 +33,10 @@ def result(gpustack_csv):
     return validate(read_rows(gpustack_csv))
 
 
-def _build_module(repo_dir):
-    spec = importlib.util.spec_from_file_location("build_gpustack", repo_dir / "validation" / "build_gpustack.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
-def test_csv_is_the_build_scripts_output(repo_dir, shared_dir, gpustack_csv) -> None:
-    build = _build_module(repo_dir)
+def test_csv_is_the_build_scripts_output(repo_dir, shared_dir, gpustack_csv, validation_builder) -> None:
+    build = validation_builder("build_gpustack")
     rows, dropped = build.build(shared_dir)
     assert build.render(rows) == gpustack_csv.read_text()
     assert len(rows) == 51 and len(dropped) == 3  # 54 SGLang runs, 3 without a printed result
@@ -54,8 +48,8 @@ def test_csv_is_the_build_scripts_output(repo_dir, shared_dir, gpustack_csv) -> 
         "Qwen/Qwen3-8B", "fp8_block", 4, 100)
 
 
-def test_shape_constants_come_from_the_sharegpt_stream(repo_dir, shared_dir) -> None:
-    ins, outs = _build_module(repo_dir).shape(shared_dir)
+def test_shape_constants_come_from_the_sharegpt_stream(repo_dir, shared_dir, validation_builder) -> None:
+    ins, outs = validation_builder("build_gpustack").shape(shared_dir)
     assert ins == SHAREGPT_SHAPE_INPUT and outs == SHAREGPT_SHAPE_OUTPUT
 
 
