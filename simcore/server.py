@@ -35,6 +35,7 @@ import simpy
 
 from simcore import server_snapshot as _snap
 from simcore.decode_run import DEFAULT_MAX_REL_SPACING, DecodeRuns, DecodeStepTimes
+from simcore.errors import SimulatedServerFailure
 from simcore.kv_cache import KVCache
 from simcore.memory import max_running_requests as _derive_max_running
 from simcore.perf.base import BatchShape, LatencyModel, has_pure_step_time
@@ -465,6 +466,7 @@ class Server(ResultProcessor, DecodeRuns):
         pre_lens: list[int] = []
         for r in adder.can_run:
             n = adder.extend[id(r)]
+            continuation = r.state == "prefill"  # the next chunk of a chunked prompt (not checked by admission)
             if r.state == "wait":  # newly admitted: prepare_for_extend
                 r.node = r.last_node  # locked by the adder at admission
                 r.held = r.prefix_len
@@ -479,7 +481,15 @@ class Server(ResultProcessor, DecodeRuns):
             end = start + n
             need = self._ceil(end) - self._ceil(start)
             if not kv.alloc(need):
-                raise RuntimeError(f"KV pool exhausted admitting {r.rid}: admission budget and pool disagree")
+                if not continuation:
+                    raise RuntimeError(f"KV pool exhausted admitting {r.rid}: admission budget and pool disagree")
+                # a chunked continuation outgrew the pool: SGLang's add_chunked_req allowed it, its allocation fails
+                raise SimulatedServerFailure(
+                    f"at t = {t:.6g} s the KV pool cannot hold the next prefill chunk of {r.rid} ({need} token "
+                    f"slots, {kv.available()} free or evictable)",
+                    "Prefill out of memory. Try to lower your batch size.", r.rid,
+                    "give the KV pool more memory (--mem-fraction-static), or lower --chunked-prefill-size "
+                         "or --max-running-requests")
             r.held += need
             r.extend_end = end
             ext_lens.append(n)

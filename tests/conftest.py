@@ -1,9 +1,17 @@
 """Shared test fixtures."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# CI (`CI` set, as CI services set it) draws the same Hypothesis examples on every run, so a clean checkout's result does
+# not depend on luck; local runs keep exploring new examples (and replay failures from .hypothesis/).
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = (REPO / ".." / "shared").resolve()

@@ -7,7 +7,11 @@ For any mix of requests, settings and pool size:
 - nodes locked by running requests are never evicted (a request's locked node stays in the tree while it runs);
 - every prompt and output token is accounted for: each request finishes with exactly its output length, cached
   tokens never exceed the prompt, and all KV is released at the end;
-- two runs with the same seed are identical.
+- two runs with the same seed are identical;
+- or the run stops exactly where SGLang's own server would (``SimulatedServerFailure``, "Prefill out of memory"):
+  only on the next chunk of a chunked prompt, which SGLang's ``add_chunked_req`` lets through when the memory
+  budget is spent (0.5.9 ``schedule_policy.py`` lines 591-616; 0.4.10 lines 382-398), and the state stays
+  consistent up to it.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from serverkit import run, req
+from simcore.errors import SimulatedServerFailure
 from simcore.server import Server
 
 REQS = st.lists(
@@ -47,6 +52,18 @@ def _requests(raw: list[tuple[float, int, int, int, bool]]) -> list:
     return out
 
 
+def _run(reqs: list, cfg: dict, **kw):
+    """``run``, or None when the simulated server stops as SGLang's would (checked: a chunked prompt's chunk)."""
+    try:
+        return run(reqs, **kw, **_config(cfg))
+    except SimulatedServerFailure as failure:
+        chunk = cfg["chunked_prefill_size"]
+        failed = next(r for r in reqs if r.rid == failure.request_id)
+        assert chunk != -1 and failed.input_len > chunk, "only a chunked prompt's continuation may outgrow the pool"
+        assert failure.sglang_error.startswith("Prefill out of memory")
+        return None
+
+
 def _config(cfg: dict) -> dict:
     cfg = dict(cfg)
     if cfg["chunked_prefill_size"] == -1:
@@ -58,7 +75,9 @@ def _config(cfg: dict) -> dict:
 @given(REQS, CONFIG)
 def test_pool_never_overcommitted_and_tokens_accounted(raw: list, cfg: dict) -> None:
     reqs = _requests(raw)
-    res = run(reqs, check=True, **_config(cfg))  # check: invariants recounted after every step
+    res = _run(reqs, cfg, check=True)  # check: invariants recounted after every step (also up to a failure)
+    if res is None:
+        return
     srv = res.server
     recs = res.records
     assert set(recs) == {r.rid for r in reqs}
@@ -109,15 +128,41 @@ def test_locked_nodes_are_never_evicted(raw: list, cfg: dict) -> None:
                 assert tree.node_by_id(n.id) is n, f"locked node {n.id} of {r.rid} was evicted"
                 n = n.parent
 
-    res = run(reqs, check=False, observe=watch, **_config(cfg))
-    assert len(res.server.records) == len(reqs)
+    res = _run(reqs, cfg, check=False, observe=watch)
+    assert res is None or len(res.server.records) == len(reqs)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(REQS, CONFIG, st.integers(0, 2**31 - 1))
 def test_same_seed_same_run(raw: list, cfg: dict, seed: int) -> None:
     reqs = _requests(raw)
-    a = run(reqs, check=False, seed=seed, **_config(cfg))
-    b = run(reqs, check=False, seed=seed, **_config(cfg))
+    a = _run(reqs, cfg, check=False, seed=seed)
+    b = _run(reqs, cfg, check=False, seed=seed)
+    if a is None or b is None:
+        assert a is None and b is None, "the same seed stops at the same point or not at all"
+        return
     assert a.server.records == b.server.records
     assert [(s.start_s, s.end_s, s.shape) for s in a.steps] == [(s.start_s, s.end_s, s.shape) for s in b.steps]
+
+
+def test_a_chunked_prompt_that_outgrows_the_pool_stops_the_server_as_sglang_does():
+    """Found by the properties above: on a 700-token pool (page 4, chunk 64, SGLang 0.4.10 rules) a 341-token
+    prompt is admitted chunk by chunk next to a request sharing a 356-token cached prefix. Admission checks only
+    the first chunk (a truncated request reserves its chunk, no outputs); every later chunk takes
+    ``rem_chunk_tokens`` whatever memory is left (0.4.10 ``schedule_policy.py::add_chunked_req`` lines 382-398;
+    0.5.9 lines 591-616 fall back to ``rem_chunk_tokens`` once the budget is spent). The last page does not fit and
+    SGLang raises "Prefill out of memory" (0.4.10 ``schedule_batch.py`` line 1005, 0.5.9 ``mem_cache/common.py``
+    line 285): so does the simulation, with the request and what was free."""
+    import pytest
+
+    raw = [(0.0, 1, 1, 0, False)] * 5 + [(1.0, 356, 92, 0, False), (2.0, 357, 2, 0, False), (1.0, 341, 1, 1, False)]
+    cfg = {"cap": 700, "chunked_prefill_size": 64, "page_size": 4, "schedule_policy": "fcfs",
+           "disable_overlap_schedule": True, "enable_mixed_chunk": False, "sglang_version": "0.4.10",
+           "init_new_token_ratio": 0.05}
+    with pytest.raises(SimulatedServerFailure, match="next prefill chunk of r7 .4 token slots, 0 free") as info:
+        run(_requests(raw), check=True, **_config(cfg))
+    assert info.value.request_id == "r7" and info.value.field == "server"
+    assert info.value.sglang_error == "Prefill out of memory. Try to lower your batch size."
+    # a larger pool holds both prompts and the run completes
+    done = run(_requests(raw), check=True, **_config({**cfg, "cap": 800}))
+    assert len(done.records) == 8
