@@ -79,6 +79,7 @@ ALERT_PROBES: dict[str, list[str]] = {
     "ShadowsimStalled": ["time() - max by (cluster, job) (shadowsim_last_event_timestamp_seconds) > bool 600"],
     "ShadowsimTwinMissing": ["max by (cluster, job, instance, sglang_instance) (shadowsim:sglang_target:info)",
                              "max by (cluster, sglang_instance) (shadowsim_twin_up)"],
+    "ShadowsimSeriesDropped": ["max by (cluster, job, sglang_instance) (shadowsim_series_dropped) > bool 0"],
     "ShadowsimDown": ['up{job="shadowsim"} == bool 0'],
 }
 
