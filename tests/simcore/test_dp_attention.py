@@ -256,3 +256,24 @@ def test_idle_ranks_pay_the_moe_of_a_cuda_graph_step() -> None:
     # and more than a plain TP8 server decoding the same 4 rows (it moves 4 tokens, not 32, through the MoE)
     plain = lat.mlp.step_time(BatchShape((), (), 4, 4 * 300, (), 4)).gpu_s
     assert one > lat.mlp.mlp_side_s(4, 4) and plain > 0
+
+
+def test_predict_accepts_dp_attention_flags(capsys) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from shadowsim.cli import main
+
+    args = ["predict", "--model", "Qwen/Qwen3-30B-A3B", "--gpu", "h100", "--tp", "4", "--concurrency", "8",
+            "--num-requests", "16", "--input-len", "256", "--output-len", "16", "--json"]
+    assert main([*args, "--enable-dp-attention", "--dp-size", "4"]) == 0
+    dp = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    plain = json.loads(capsys.readouterr().out)
+    srv = dp["server"]
+    pool = size_kv_pool(load_model("Qwen/Qwen3-30B-A3B"), load_gpu("h100_sxm"),
+                        ServerSettings(tp_size=4, dp_size=4, enable_dp_attention=True))
+    assert srv["dp_attention_ranks"] == 4 and plain["server"]["dp_attention_ranks"] == 1
+    assert srv["max_total_num_tokens"] == pool.max_total_num_tokens  # per rank
+    assert srv["latency_model"].endswith(":dp4")
+    assert dp["num_requests"] == plain["num_requests"] == 16
+    assert dp["tpot_ms"]["mean"] != plain["tpot_ms"]["mean"]
