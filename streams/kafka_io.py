@@ -234,6 +234,9 @@ class EventConsumer:
         # TLS/SASL options (streams.kafka_security) apply to every client of this member, not only the consumer.
         self._security = {k: v for k, v in kafka_options.items() if k.startswith(("security_", "sasl_", "ssl_"))}
         self._consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, **options)
+        # records unpacked by streams.kafka_records' loop instead of kafka-python's per-record objects (same records)
+        from streams.kafka_records import install  # noqa: PLC0415
+        install(self._consumer)
         self._listener = _RecordingListener()
         self._consumer.subscribe([topic], listener=self._listener)
         self._dlq: KafkaProducer | None = None

@@ -297,9 +297,74 @@ class ShadowService:
                                 f"{sorted(new)[0][:80]!r} is not in shadow.yaml")
         return None
 
+    def _apply_one(self, tp: TP, ps: PartitionState, rec: Any, ev: Any) -> bool:
+        """``_apply_record`` of a record with one event (one log line: nearly every record), written out: the same
+        admission, transaction and roll-back, without the bookkeeping of several events and twins."""
+        ranks = self.ranks
+        iid = ranks.twin_id(ev)
+        twins = self.twins
+        twin = twins.get(iid)
+        # _admit(ps, rec, [iid]), for one event
+        if twin is not None and twin.max_ts > -math.inf:
+            ref = twin.max_ts
+        elif base_instance_id(iid) in self.config.instances:
+            ref = -math.inf
+        else:
+            ref = ps.max_ts
+        ts = ev.ts
+        if ref > -math.inf:
+            tc = self.config.time
+            if not (ref - tc.max_past_s <= ts <= ref + tc.max_future_s):
+                refused = self._admit(ps, rec, [iid])  # the reason and its text, as for any record
+                assert refused is not None
+                ranks.roll_back()
+                self._reject(ps, rec, *refused)
+                return False
+        created = twin is None
+        if created and base_instance_id(iid) not in self.config.instances and \
+                len(twins) + 1 > self.config.limits.max_twins:
+            refused = self._admit(ps, rec, [iid])
+            assert refused is not None
+            ranks.roll_back()
+            self._reject(ps, rec, *refused)
+            return False
+        journals = self._journal
+        if created:
+            twin = twins[iid] = self._new_twin(iid)
+            self.twin_partition[iid] = tp
+            journals[iid] = []
+            ps.instances.add(iid)
+        journal = journals.get(iid)
+        if journal is None:
+            journal = journals[iid] = []
+        before = {iid: (len(journal), len(twin.out))}  # type: ignore[union-attr]
+        try:
+            twin.apply(ev, defer=True)  # type: ignore[union-attr]
+        except RecordRejected as exc:
+            ranks.roll_back()
+            self._roll_back(tp, ps, rec, before, {iid} if created else set(), clean=True, why=str(exc))
+            self._reject(ps, rec, exc.reason, str(exc).split(": ", 1)[-1])
+            return False
+        except Exception as exc:  # noqa: BLE001 - no record may stop the service
+            ranks.roll_back()
+            why = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            self._roll_back(tp, ps, rec, before, {iid} if created else set(), clean=False, why=why)
+            self._reject(ps, rec, "apply_error", why)
+            return False
+        journal.append(ev)
+        ps.dirty.add(iid)
+        self._held.add(iid)
+        if ranks._undo:  # ranks.commit()  # noqa: SLF001
+            ranks.commit()
+        if ts > ps.max_ts:
+            ps.max_ts = ts
+        return True
+
     def _apply_record(self, tp: TP, ps: PartitionState, rec: Any) -> bool:
         """Apply a decoded record as one transaction; False when it was refused (counted and dead-lettered)."""
         events = rec.events
+        if len(events) == 1:
+            return self._apply_one(tp, ps, rec, events[0])
         twin_id = self.ranks.twin_id
         ids = [twin_id(ev) for ev in events]  # one twin per DP rank (shadowsim/shadow/ranks.py)
         refused = self._admit(ps, rec, ids)
