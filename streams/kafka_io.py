@@ -46,6 +46,9 @@ DEFAULT_DLQ_TOPIC = "sglang.events.dlq"
 #: records longer than this are dead-lettered undecoded (reason too_large): no parser is asked to scan them
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 
+#: bytes fetched per partition per request (kafka-python's max_partition_fetch_bytes; its default is 1 MiB)
+MAX_PARTITION_FETCH_BYTES = 4 * 1024 * 1024
+
 TP = tuple[str, int]  # (topic, partition): plain tuples in our interface, kafka-python's TopicPartition inside
 
 
@@ -229,6 +232,11 @@ class EventConsumer:
             # Kafka's rule of thumb: heartbeat at a third of the session timeout or faster.
             "heartbeat_interval_ms": max(100, session_timeout_ms // 5),
             "max_poll_records": max_poll_records,
+            # Fetch up to 4 MiB per partition (kafka-python's default: 1 MiB). A backlog is read in fewer round trips:
+            # from the embedded broker a consumer doing nothing else read 28,000-44,000 log-line records per wall
+            # second with 1 MiB and 103,000-120,000 with 4 MiB, so at 1 MiB the shadow waited for fetches once it
+            # decoded faster than ~30,000/s. Memory: at most this much buffered per assigned partition.
+            "max_partition_fetch_bytes": MAX_PARTITION_FETCH_BYTES,
         }
         options.update(kafka_options)
         # TLS/SASL options (streams.kafka_security) apply to every client of this member, not only the consumer.
