@@ -100,12 +100,13 @@ def field_validator(*names: str, mode: str = "after") -> Callable[[Any], Any]:
 
 
 def model_validator(*, mode: str) -> Callable[[Any], Any]:
-    """Decorate a method ``(self) -> self`` run once every field is set (cross-field checks)."""
-    if mode != "after":
-        raise TypeError("FrozenModel model validators run after the fields only")
+    """``mode="after"``: decorate a method ``(self) -> self`` run once every field is set (cross-field checks);
+    ``mode="before"``: a classmethod ``(cls, data) -> data`` run on the raw input mapping first."""
+    if mode not in ("after", "before"):
+        raise TypeError("FrozenModel model validators run before or after the fields")
 
     def mark(fn: Any) -> Any:
-        fn.__frozen_model_validator__ = True
+        setattr(fn, "__frozen_model_validator__", mode)
         return fn
     return mark
 
@@ -292,6 +293,7 @@ class FrozenModel:
     _checks: ClassVar[dict[str, Check] | None] = None
     _field_validators: ClassVar[dict[str, list[str]]] = {}
     _model_validators: ClassVar[tuple[str, ...]] = ()
+    _before_validators: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -310,19 +312,22 @@ class FrozenModel:
                 delattr(cls, name)
         cls.model_fields = fields
         validators: dict[str, list[str]] = {}
-        model_checks: list[str] = []
+        model_checks: dict[str, list[str]] = {"before": [], "after": []}
         for base in reversed(cls.__mro__):
             for attr, obj in vars(base).items():
                 fn = obj.__func__ if isinstance(obj, (classmethod, staticmethod)) else obj
                 for name in getattr(obj, "__frozen_field_validator__", None) or getattr(
                         fn, "__frozen_field_validator__", ()):
                     validators.setdefault(name, []).append(attr)
-                if getattr(fn, "__frozen_model_validator__", False) and attr not in model_checks:
-                    model_checks.append(attr)
+                mode = getattr(obj, "__frozen_model_validator__", None) or getattr(fn, "__frozen_model_validator__",
+                                                                                   None)
+                if mode and attr not in model_checks[mode]:
+                    model_checks[mode].append(attr)
         unknown = set(validators) - set(fields)
         if unknown:
             raise TypeError(f"{cls.__name__}: validators for unknown fields {sorted(unknown)}")
-        cls._field_validators, cls._model_validators = validators, tuple(model_checks)
+        cls._field_validators = validators
+        cls._model_validators, cls._before_validators = tuple(model_checks["after"]), tuple(model_checks["before"])
         cls._checks = None
 
     # ---- construction --------------------------------------------------------------------------------------
@@ -349,6 +354,10 @@ class FrozenModel:
         cls = type(self)
         checks = cls._checks or cls._compile()
         fields = cls.model_fields
+        for attr in cls._before_validators:
+            data = getattr(cls, attr)(data)
+            if not isinstance(data, dict):
+                raise FieldError(loc, f"{cls.__name__} needs a mapping of fields", data, "model_type")
         for key in data:
             if key not in fields:
                 import difflib

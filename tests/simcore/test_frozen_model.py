@@ -138,3 +138,12 @@ def test_the_shipped_profile_keeps_its_content_hash() -> None:
     assert prof.profile_hash == stored
     assert CalibrationProfile.load(default_profile_path()) == prof
     assert CalibrationProfile().op_scale is not CalibrationProfile().op_scale  # a fresh default per instance
+
+
+def test_before_validators_see_the_raw_input() -> None:
+    """``model_validator(mode="before")`` runs on the raw mapping first (ServerSettings: SGLang turns DP attention
+    off at --dp-size 1, server_args.py ``_handle_data_parallelism``), and what it returns is what gets checked."""
+    assert ServerSettings(enable_dp_attention=True).enable_dp_attention is False
+    s = ServerSettings(enable_dp_attention="yes", dp_size="2", tp_size=4)
+    assert s.enable_dp_attention is True and s.dp_size == 2
+    assert ServerSettings.model_validate({"enable_dp_attention": True, "dp_size": 1}).enable_dp_attention is False
