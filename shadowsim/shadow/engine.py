@@ -31,7 +31,13 @@ _CONFIG_TO_SETTINGS = {
     "context_len": "context_length", "disable_radix_cache": "disable_radix_cache",
     "enable_mixed_chunk": "enable_mixed_chunk", "disable_overlap_schedule": "disable_overlap_schedule",
     "cuda_graph_max_bs": "cuda_graph_max_bs",
+    "speculative_num_steps": "speculative_num_steps", "speculative_eagle_topk": "speculative_eagle_topk",
+    "speculative_num_draft_tokens": "speculative_num_draft_tokens",
+    "speculative_draft_model_path": "speculative_draft_model_path",
 }
+# speculative_algorithm values the server loop simulates (simcore.settings.ServerSettings); the server logs the
+# resolved name (0.5.9 _handle_speculative_decoding turns NEXTN into EAGLE)
+SIMULATED_SPECULATIVE = ("EAGLE", "EAGLE3", "NEXTN", "MTP")
 
 
 @dataclass
@@ -160,6 +166,9 @@ def build_twin_speculative(cfg: InstanceConfig, server_config: dict[str, Any], s
                              lambda m: build_latency_model(m, gpu, tp, cfg.precision, profile=prof), cfg.seed)
 
 
+#: the simulator's queue bound of a twin that sets none (``limits.max_simulated_queue``)
+DEFAULT_MAX_QUEUED = 10_000
+
 FALLBACK_KV_TOKENS = 200_000  # KV pool of a twin whose server, model and GPU are all unknown
 
 
@@ -185,6 +194,19 @@ def build_settings(cfg: InstanceConfig, server_config: dict[str, Any]) -> Server
     for src, dst in _CONFIG_TO_SETTINGS.items():
         if server_config.get(src) is not None:
             data[dst] = server_config[src]
+    algorithm = server_config.get("speculative_algorithm")
+    if algorithm is not None:
+        name = str(algorithm).upper()
+        if name in SIMULATED_SPECULATIVE:
+            data["speculative_algorithm"] = name
+        else:  # e.g. DFLASH, NGRAM: the twin decodes one token per step, and says so once
+            for k in [k for k in data if k.startswith("speculative_")]:
+                del data[k]
+            key = (str(server_config.get("model") or cfg.model), None, 0, f"speculative {name}")
+            if key not in _WARNED and len(_WARNED) < 1000:
+                _WARNED.add(key)
+                log.warning("speculative_algorithm %s is not simulated (simulated: %s); the twin of %s decodes "
+                            "without speculation", name, ", ".join(SIMULATED_SPECULATIVE), key[0])
     gpu = _gpu_spec(cfg, server_config)
     return resolve(ServerSettings.model_validate(data), gpu.memory_bytes if gpu is not None else None)
 
@@ -235,6 +257,9 @@ class SimEngine:
         self._done: list[Completion] = []
         self._last_step: dict[str, float] = {"queue": 0.0, "running": 0.0, "kv_usage": 0.0}
         self._held = 0.0  # simulated time (relative) asked for by `hold` and not yet run to
+        #: requests the server may hold queued (submitted, not running); one entering a full queue is refused
+        self.max_queued: int | None = DEFAULT_MAX_QUEUED
+        self._shed: list[str] = []  # request ids refused that way since the last `take_shed`
         self.env = simpy.Environment()
         if snapshot is None:
             self.server = Server(self.env, self.settings, self.kv_capacity, self.latency, key_unit=self.key_unit,
@@ -284,6 +309,12 @@ class SimEngine:
             at, _, spec = heapq.heappop(self._future)
             self._future_rids.discard(spec["rid"])
             self._run(at)
+            if self.max_queued is not None and self.queued() >= self.max_queued:
+                # SGLang's Scheduler._abort_on_queued_limit (--max-queued-requests): the incoming request is
+                # refused when len(waiting_queue) + 1 > the limit. Decided in simulated time, at the request's
+                # entry, so the same requests are refused however the events were batched.
+                self._shed.append(spec["rid"])
+                continue
             self._enter(at, spec)
         self._run(until)
         # The server keeps every record and ITL sample for offline summaries; a live shadow must not grow
@@ -294,6 +325,15 @@ class SimEngine:
                 acc.clear()
         done, self._done = self._done, []
         return done
+
+    def queued(self) -> int:
+        """Requests the server holds that have not started running (submitted and not yet ingested, or waiting)."""
+        return len(self.server.pending) + len(self.server.waiting)
+
+    def take_shed(self) -> list[str]:
+        """Request ids refused at a full queue (``max_queued``) since the last call."""
+        out, self._shed = self._shed, []
+        return out
 
     def state(self) -> dict[str, float]:
         return dict(self._last_step)
