@@ -118,6 +118,7 @@ class ServerConfig(_EventBase):
     disable_radix_cache: bool | None = None
     enable_mixed_chunk: bool | None = None
     disable_overlap_schedule: bool | None = None
+    enable_dp_attention: bool | None = None
     cuda_graph_max_bs: BatchReqs | None = None
     available_gpu_mem_gb: Gigabytes | None = Field(default=None, description="free GPU memory after KV allocation, GB")
     kv_cache_size_gb: Gigabytes | None = Field(default=None, description="K size + V size from 'KV Cache is allocated', GB")

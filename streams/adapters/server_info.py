@@ -19,7 +19,7 @@ _INT = {"tp_size": "tp_size", "dp_size": "dp_size", "pp_size": "pp_size", "ep_si
         "context_length": "context_len", "max_total_num_tokens": "max_total_num_tokens",
         "max_total_tokens": "max_total_num_tokens", "cuda_graph_max_bs": "cuda_graph_max_bs"}
 _BOOL = {"disable_radix_cache": "disable_radix_cache", "enable_mixed_chunk": "enable_mixed_chunk",
-         "disable_overlap_schedule": "disable_overlap_schedule"}
+         "disable_overlap_schedule": "disable_overlap_schedule", "enable_dp_attention": "enable_dp_attention"}
 
 
 def is_server_info(obj: dict[str, Any]) -> bool:
