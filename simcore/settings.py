@@ -16,7 +16,7 @@ import re
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from simcore.frozen_model import ConfigDict, Field, FrozenModel, field_validator, model_validator
 
 from simcore.errors import UserError
 
@@ -48,7 +48,7 @@ def _version_tuple(version: str) -> tuple[int, int, int]:
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 
-class ServerSettings(BaseModel):
+class ServerSettings(FrozenModel):
     """The scheduler- and memory-relevant flags of one SGLang server (one TP group)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

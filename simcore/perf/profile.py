@@ -15,7 +15,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from simcore.frozen_model import ConfigDict, Field, FieldError, FrozenModel
 
 from simcore.errors import UserError
 
@@ -24,7 +24,7 @@ _LATE_FACTORS = ("frontend_s", "gpu_per_req_s_by_version", "launch_s_per_mla_lay
 OP_CLASSES = ("gemm", "context_attention", "generation_attention", "communication", "moe", "elementwise")
 
 
-class FitStat(BaseModel):
+class FitStat(FrozenModel):
     """Running sums for one ratio factor: k = sxy / sxx with x = predicted, y = measured."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -33,7 +33,7 @@ class FitStat(BaseModel):
     n: int = 0
 
 
-class CalibrationProfile(BaseModel):
+class CalibrationProfile(FrozenModel):
     """Correction factors applied by the step-latency model.
 
     - ``op_scale[c]``: multiplies every op of class c (see OP_CLASSES);
@@ -134,7 +134,7 @@ class CalibrationProfile(BaseModel):
         stored = data.pop("profile_hash", None)
         try:
             prof = cls(**data)
-        except ValidationError as exc:
+        except FieldError as exc:
             err = exc.errors()[0]
             raise UserError("--profile", f"{p}: {'.'.join(map(str, err['loc'])) or 'profile'}: {err['msg']}",
                             "give a PROFILE.json from `shadowsim calibrate`") from None
