@@ -243,15 +243,17 @@ def dp_rank_model(cfg: InstanceConfig, server_config: dict[str, Any], settings: 
     model = str(server_config.get("model") or cfg.model)
     from simcore.models import load_model  # noqa: PLC0415
 
-    key = (model, gpu.name, settings.model_dump_json(), cfg.precision, str(cfg.profile))
+    key = (model, gpu.name, settings, cfg.precision, str(cfg.profile))
     if key not in _DP_CACHE:  # the D twins of one server share one (pure, memoizing) model
+        if len(_DP_CACHE) >= 64:  # keys come from the event stream: a cache, bounded
+            _DP_CACHE.clear()
         prof = CalibrationProfile.load(cfg.profile) if cfg.profile is not None else None
         _DP_CACHE[key] = BalancedRanks(build_dp_attention_latency(load_model(model), gpu, settings, cfg.precision,
                                                                   profile=prof))
     return rank, _DP_CACHE[key]
 
 
-_DP_CACHE: dict[tuple[str, str, str, str, str], LatencyModel] = {}
+_DP_CACHE: dict[tuple[str, str, ServerSettings, str, str], LatencyModel] = {}
 
 
 class SimEngine:
