@@ -31,7 +31,13 @@ _CONFIG_TO_SETTINGS = {
     "context_len": "context_length", "disable_radix_cache": "disable_radix_cache",
     "enable_mixed_chunk": "enable_mixed_chunk", "disable_overlap_schedule": "disable_overlap_schedule",
     "cuda_graph_max_bs": "cuda_graph_max_bs", "enable_dp_attention": "enable_dp_attention",
+    "speculative_num_steps": "speculative_num_steps", "speculative_eagle_topk": "speculative_eagle_topk",
+    "speculative_num_draft_tokens": "speculative_num_draft_tokens",
+    "speculative_draft_model_path": "speculative_draft_model_path",
 }
+# speculative_algorithm values the server loop simulates (simcore.settings.ServerSettings); the server logs the
+# resolved name (0.5.9 _handle_speculative_decoding turns NEXTN into EAGLE)
+SIMULATED_SPECULATIVE = ("EAGLE", "EAGLE3", "NEXTN", "MTP")
 
 
 @dataclass
@@ -197,6 +203,19 @@ def build_settings(cfg: InstanceConfig, server_config: dict[str, Any]) -> Server
             # SGLang logs server_args after _handle_data_parallelism divided the chunk by dp_size; the server's
             # own value (what its memory reserve was sized with) is dp times it (rank_settings divides it again)
             data["chunked_prefill_size"] = int(cps) * int(data["dp_size"])
+    algorithm = server_config.get("speculative_algorithm")
+    if algorithm is not None:
+        name = str(algorithm).upper()
+        if name in SIMULATED_SPECULATIVE:
+            data["speculative_algorithm"] = name
+        else:  # e.g. DFLASH, NGRAM: the twin decodes one token per step, and says so once
+            for k in [k for k in data if k.startswith("speculative_")]:
+                del data[k]
+            key = (str(server_config.get("model") or cfg.model), None, 0, f"speculative {name}")
+            if key not in _WARNED and len(_WARNED) < 1000:
+                _WARNED.add(key)
+                log.warning("speculative_algorithm %s is not simulated (simulated: %s); the twin of %s decodes "
+                            "without speculation", name, ", ".join(SIMULATED_SPECULATIVE), key[0])
     gpu = _gpu_spec(cfg, server_config)
     return resolve(ServerSettings.model_validate(data), gpu.memory_bytes if gpu is not None else None)
 
