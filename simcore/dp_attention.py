@@ -69,12 +69,15 @@ def rank_settings(settings: ServerSettings) -> ServerSettings:
     """The scheduler settings of one attention-DP rank (``server_args.py::_handle_data_parallelism``, after the
     GPU memory settings were derived from the undivided values): chunked prefill ``// dp``, conservativeness
     ``× 0.3``, CUDA graphs at the captured sizes that are multiples of the attention TP size. The rank itself is a
-    plain scheduler (``dp_size`` 1); its request slots come from the pool sizing (`simcore.memory`)."""
+    plain scheduler (``dp_size`` 1) with ``--max-running-requests // dp`` request slots when given
+    (``model_runner.py``: ``server_args.max_running_requests // self.dp_size``), else the pool's own bound."""
     dp = num_ranks(settings)
     if dp == 1:
         return settings
     s = resolve(settings, None) if settings.chunked_prefill_size is None else settings
-    upd: dict[str, Any] = {"enable_dp_attention": False, "dp_size": 1, "max_running_requests": None,
+    given = s.max_running_requests
+    upd: dict[str, Any] = {"enable_dp_attention": False, "dp_size": 1,
+                           "max_running_requests": None if given is None else max(1, given // dp),
                            "schedule_conservativeness": s.schedule_conservativeness * DP_ATTENTION_CONSERVATIVENESS}
     if s.chunking_enabled:
         upd["chunked_prefill_size"] = max(s.page_size, s.chunked_prefill_size // dp)  # type: ignore[operator]
@@ -236,6 +239,22 @@ class PerRankLatency:
     def step_time_ranks(self, shapes: Sequence[BatchShape | None]) -> StepTime:
         (s,) = shapes
         return self.latency.step_time(s if s is not None else BatchShape())
+
+
+class BalancedRanks:
+    """A `LatencyModel` for one rank seen alone (the live shadow keeps one twin per DP rank and a twin cannot see
+    the other ranks' batches): every forward priced as if each of the D ranks ran a batch like this one."""
+
+    pure_step_time = True
+
+    def __init__(self, latency: DpAttentionLatency) -> None:
+        self.latency = latency
+        self.name = latency.name
+        self.profile_hash = latency.profile_hash
+        self.frontend_s = latency.frontend_s
+
+    def step_time(self, shape: BatchShape) -> StepTime:
+        return self.latency.step_time_ranks((shape,) * self.latency.dp)
 
 
 class DpAttentionServer:
