@@ -81,6 +81,24 @@ def test_the_server_dispatches_in_arrival_order_round_robin() -> None:
     assert srv.dispatched == {"r0": 0, "r2": 1, "r3": 0, "r1": 1}
 
 
+def test_total_requests_dispatch_follows_the_loads_the_ranks_report() -> None:
+    # a, b, d at t = 0, before any report: budgets [0,0] -> a to 0 [1,0], b to 1 [1,1], d to 0 [2,1]. d finishes
+    # after 2 tokens; rank 0's later decode steps report 1 request (a), rank 1's report 1 (b). e at t = 0.5: a tie,
+    # the first rank -> 0 (round robin would say 1), then [2,1] -> f to rank 1.
+    s = _dp2().model_copy(update={"load_balance_method": "total_requests"})
+    env = simpy.Environment()
+    srv = DpAttentionServer(env, s, 1000, GatheredLinear())
+    for rid, at, out in (("a", 0.0, 200), ("b", 0.0, 200), ("d", 0.0, 2), ("e", 0.5, 2), ("f", 0.5, 2)):
+        srv.submit(RequestSpec(rid, at, 10, out, max_new_tokens=out))
+    env.run()
+    assert srv.dispatched == {"a": 0, "b": 1, "d": 0, "e": 0, "f": 1}
+    rr = DpAttentionServer(simpy.Environment(), _dp2(), 1000, GatheredLinear())
+    for rid, at, out in (("a", 0.0, 200), ("b", 0.0, 200), ("d", 0.0, 2), ("e", 0.5, 2), ("f", 0.5, 2)):
+        rr.submit(RequestSpec(rid, at, 10, out, max_new_tokens=out))
+    rr.env.run()
+    assert rr.dispatched == {"a": 0, "b": 1, "d": 0, "e": 1, "f": 0}
+
+
 # ---- per-rank schedulers and pools ---------------------------------------------------------------------------
 def test_rank_settings_divide_chunked_prefill_and_conservativeness() -> None:
     # server_args.py _handle_data_parallelism: chunked_prefill_size //= dp_size, schedule_conservativeness *= 0.3;
