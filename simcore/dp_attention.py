@@ -394,11 +394,13 @@ class DpAttentionServer:
             rk.events[spec.rid] = ev
             rk._push_pending(req, at)
 
-    def _report_load(self, i: int) -> None:
-        """A rank streamed outputs: its ``get_load()`` reaches the controller's budget."""
+    def _report_load(self, i: int, finished: int) -> None:
+        """A rank streamed outputs: its ``get_load()`` (``scheduler_metrics_mixin.py``) reaches the controller's
+        budget: ``len(running_batch.reqs)`` + waiting requests, where the requests this batch finished still count
+        (the batch is filtered at the next pass), and used KV tokens (theirs released) + the waiting prompts."""
         rk = self.ranks[i]
         waiting = sum(r.input_len + r.out_len_base for r in rk.waiting)
-        self.dispatcher.update_load(i, rk.num_running + len(rk.waiting), rk.kv.used + waiting)
+        self.dispatcher.update_load(i, rk.num_running + finished + len(rk.waiting), rk.kv.used + waiting)
 
     def _run(self):  # noqa: C901 - Server._run's loop for D ranks at once
         env = self.env
@@ -413,7 +415,7 @@ class DpAttentionServer:
                     rk._apply(due, t)
                     rk.due = None
                     if balance and (due.n_emit or due.prefill_done):
-                        self._report_load(i)
+                        self._report_load(i, len(due.finishers))
             self._dispatch(t)
             for rk in ranks:
                 pend = rk.pending
