@@ -55,7 +55,8 @@ def status_line(view: ShadowView, elapsed_s: float) -> str:
     parts = [f"{v.instance} ttft-err {_pct(v.mape['free']['ttft'])} tpot-err {_pct(v.mape['free']['tpot'])}"
              f"{' DRIFT(' + ','.join(k for k, on in v.drift.items() if on) + ')' if any(v.drift.values()) else ''}"
              for v in view.instances]
-    return f"[demo t={elapsed_s:5.1f}s records={view.records_processed}] " + "; ".join(parts)
+    # before the first event (t < 0 during the broker's warm-up) there is no twin yet
+    return f"[demo t={elapsed_s:5.1f}s records={view.records_processed}] " + ("; ".join(parts) or "waiting for events")
 
 
 def summary(view: ShadowView, t0_ts: float, slow: str, slow_at_s: float) -> str:
