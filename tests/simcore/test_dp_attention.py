@@ -9,11 +9,13 @@ The numbers below are derived by hand from those rules.
 """
 from __future__ import annotations
 
+import pytest
 import simpy
 
 from simcore.dp_attention import (DataParallelDispatcher, DpAttentionServer, PerRankLatency,
                                   build_dp_attention_latency, rank_settings)
 from simcore.engine import simulate
+from simcore.errors import UserError
 from simcore.gpus import load_gpu
 from simcore.memory import MiB, default_mem_fraction_static, dp_attention_weight_bytes_per_rank, size_kv_pool
 from simcore.models import load_model
@@ -117,6 +119,11 @@ def test_enable_dp_attention_without_dp_size_is_plain_tp() -> None:
     # server_args.py _handle_data_parallelism (0.5.3, 0.5.6.post2, 0.5.9): "if self.dp_size == 1:
     # self.enable_dp_attention = False"
     assert ServerSettings(tp_size=8, enable_dp_attention=True).enable_dp_attention is False
+    # scheduler_recv_skipper.py SchedulerRecvSkipper.__init__: "assert not server_args.enable_dp_attention"
+    with pytest.raises(UserError, match="scheduler-recv-interval"):
+        ServerSettings(tp_size=8, dp_size=8, enable_dp_attention=True, scheduler_recv_interval=10)
+    with pytest.raises(UserError, match="dividing"):
+        ServerSettings(tp_size=8, dp_size=3, enable_dp_attention=True)
 
 
 def test_mem_fraction_reserves_the_dp_attention_padding() -> None:
