@@ -118,6 +118,7 @@ class ServerConfig(_EventBase):
     disable_radix_cache: bool | None = None
     enable_mixed_chunk: bool | None = None
     disable_overlap_schedule: bool | None = None
+    enable_dp_attention: bool | None = None
     cuda_graph_max_bs: BatchReqs | None = None
     # speculative decoding as the server resolved it (server_args: ``speculative_algorithm`` 'EAGLE' / 'EAGLE3' /
     # 'NEXTN' / 'DFLASH' …, as logged; None = off)

@@ -22,7 +22,7 @@ _INT = {"tp_size": "tp_size", "dp_size": "dp_size", "pp_size": "pp_size", "ep_si
         "speculative_num_steps": "speculative_num_steps", "speculative_eagle_topk": "speculative_eagle_topk",
         "speculative_num_draft_tokens": "speculative_num_draft_tokens"}
 _BOOL = {"disable_radix_cache": "disable_radix_cache", "enable_mixed_chunk": "enable_mixed_chunk",
-         "disable_overlap_schedule": "disable_overlap_schedule"}
+         "disable_overlap_schedule": "disable_overlap_schedule", "enable_dp_attention": "enable_dp_attention"}
 
 
 def is_server_info(obj: dict[str, Any]) -> bool:

@@ -86,6 +86,7 @@ _SERVER_ARGS_MAP = {
     "disable_radix_cache": "disable_radix_cache",
     "enable_mixed_chunk": "enable_mixed_chunk",
     "disable_overlap_schedule": "disable_overlap_schedule",
+    "enable_dp_attention": "enable_dp_attention",
     "cuda_graph_max_bs": "cuda_graph_max_bs",
     "speculative_algorithm": "speculative_algorithm",
     "speculative_num_steps": "speculative_num_steps",
