@@ -219,6 +219,8 @@ class DpAttentionLatency:
         gpu = attn + mlp.mlp_side_s(gathered, logits) + self._k_comm * comm
         if not graph:
             gpu = max(gpu, mlp.eager_floor_s)
+        if extend_in_batch:  # as simcore/perf/step.py: the per-version cost of an extend forward, per layer
+            gpu += L * prof.extend_s_per_layer
         n_req = max(len(s.extend_lens) + s.num_decode for s in real)
         gpu += prof.step_overhead_s + prof.gpu_per_req_s * n_req
         return StepTime(gpu, cpu)

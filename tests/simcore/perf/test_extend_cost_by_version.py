@@ -59,3 +59,21 @@ def test_tables_resolve_independently_and_empty_ones_keep_old_hashes() -> None:
     assert CalibrationProfile().profile_hash == CalibrationProfile(extend_s_per_layer_by_version={},
                                                                    extend_s_per_layer=0.0).profile_hash
     assert prof.profile_hash != CalibrationProfile(gpu_per_req_s=1.5e-5).profile_hash
+
+
+def test_dp_attention_steps_of_040_pay_it_on_extend_batches_only() -> None:
+    from simcore.dp_attention import build_dp_attention_latency
+    from simcore.settings import ServerSettings, resolve
+
+    model = load_model("deepseek-ai/DeepSeek-V3")
+    s = resolve(ServerSettings(sglang_version="0.4.0.post1", tp_size=8, dp_size=8, enable_dp_attention=True),
+                H200.memory_bytes)
+    old = build_dp_attention_latency(model, H200, s, "fp8", profile=default_profile().for_version("0.4.0.post1"))
+    new = build_dp_attention_latency(model, H200, s, "fp8",
+                                     profile=default_profile().for_version("0.4.0.post1").model_copy(
+                                         update={"extend_s_per_layer": 0.0}))
+    L = old.mlp.shapes.num_layers
+    prefill = [BatchShape((1000,), (0,), 0, 0)] + [None] * 7
+    decode = [BatchShape((), (), 20, 20 * 500)] + [None] * 7
+    assert old.step_time_ranks(prefill).gpu_s - new.step_time_ranks(prefill).gpu_s == pytest.approx(L * 230e-6)
+    assert old.step_time_ranks(decode).gpu_s == new.step_time_ranks(decode).gpu_s
