@@ -63,7 +63,7 @@ class DecodeStepTimes:
     interpolation in between (error bound in the module docstring; exact whenever the spacing rounds to the
     batch's own Σkv step)."""
 
-    __slots__ = ("latency", "knot_spacing", "_knots", "long_steps")
+    __slots__ = ("latency", "knot_spacing", "_knots", "long_steps", "_last")
 
     def __init__(self, latency: LatencyModel, knot_spacing: float = DEFAULT_MAX_REL_SPACING) -> None:
         if not 0.0 <= knot_spacing < 1.0:
@@ -72,6 +72,9 @@ class DecodeStepTimes:
         self.knot_spacing = knot_spacing
         self._knots: dict[tuple[int, int | None, int], tuple[float, float]] = {}
         self.long_steps = 0  # steps of blocks >= NUMPY_FROM done in pure Python (numpy takes over past a bound)
+        # the knot pair `one` used last: (rows, graph_bs, x0, q, g0, c0, g1, c1); consecutive plain decode steps
+        # of one batch mostly fall between the same two knots
+        self._last: tuple[Any, ...] = (None,) * 8
 
     def vectorize(self, m: int) -> bool:
         """Whether a block of ``m`` steps goes through numpy: long blocks, once ``PURE_PYTHON_STEPS`` steps of
@@ -103,12 +106,19 @@ class DecodeStepTimes:
         if q <= rows:
             return self.price(rows, graph_bs, sum_kv)
         x0 = sum_kv // q * q
-        launches_base, c0 = self._knot(rows, graph_bs, x0)
+        last = self._last
+        if last[0] == rows and last[2] == x0 and last[3] == q and last[1] == graph_bs:
+            _, _, _, _, g0, c0, g1, c1 = last
+        else:
+            g0, c0 = self._knot(rows, graph_bs, x0)
+            if x0 == sum_kv:
+                return g0, c0
+            g1, c1 = self._knot(rows, graph_bs, x0 + q)
+            self._last = (rows, graph_bs, x0, q, g0, c0, g1, c1)
         if x0 == sum_kv:
-            return launches_base, c0
-        g1, c1 = self._knot(rows, graph_bs, x0 + q)
+            return g0, c0
         w = (sum_kv - x0) / q
-        return launches_base + (g1 - launches_base) * w, c0 + (c1 - c0) * w
+        return g0 + (g1 - g0) * w, c0 + (c1 - c0) * w
 
     def times(self, rows: int, graph_bs: int | None, sum_kv0: int, steps: int) -> tuple[list[float], list[float]]:
         """(gpu_s, cpu_s) lists for ``steps`` decode steps of ``rows`` rows, step j at Σkv = sum_kv0 + j·rows."""
@@ -406,7 +416,7 @@ class DecodeRuns:
     @staticmethod
     def _run_batch(bid: int, rows: int, sum_kv: int, graph_bs: int | None, g_after: int, gpu_end: float) -> Batch:
         b = Batch(bid, "decode")
-        b.shape = BatchShape((), (), rows, sum_kv, (), graph_bs)
+        b.set_decode(rows, sum_kv, graph_bs)
         b.n_emit = rows
         b.g_after = g_after
         b.gpu_end = gpu_end
