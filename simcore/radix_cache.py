@@ -240,7 +240,7 @@ class RadixCache:
         holds locked after matching or inserting this very key). The walk then stamps that path without
         comparing keys and goes on from ``start``: the same stamps, splits and nodes as the walk from the
         root (no split can fall inside a path that ``key`` covers whole), only cheaper. Ignored when the
-        (cut) key does not reach past it.
+        (cut) key ends before ``start``.
         """
         if self.disable or not key:
             return 0, self.root
@@ -249,7 +249,7 @@ class RadixCache:
         pos = 0
         g = self.g
         unit = self.key_unit
-        if start is not None and start is not node and start.end < n * unit:
+        if start is not None and start is not node and start.end <= n * unit:
             # the path root → start, stamped as the walk would stamp it (leaves among it enter the heap)
             node = start
             while node is not self.root:
