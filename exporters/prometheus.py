@@ -60,10 +60,11 @@ class _InstanceFamilies:
 
     def __init__(self, build: Any, up: Any, lat: dict[str, Any], ape: Any, mape: Any, thr: Any, drift: Any, fac: Any,
                  base: Any, counters: dict[str, Any], gauges: dict[str, Any], processed: Any, late: Any, lag: Any,
-                 last: Any, expired: Any) -> None:
+                 last: Any, expired: Any, shed: Any) -> None:
         self.build, self.up, self.lat, self.ape, self.mape, self.thr = build, up, lat, ape, mape, thr
         self.drift, self.fac, self.base, self.counters, self.gauges = drift, fac, base, counters, gauges
         self.processed, self.late, self.lag, self.last, self.expired = processed, late, lag, last, expired
+        self.shed = shed
 
     @staticmethod
     def _one(fam: Any, labels: list[str], value: float) -> _Unit:
@@ -76,7 +77,8 @@ class _InstanceFamilies:
                                         "true" if v.emulated else "false"], 1.0),
                  self._one(self.processed, [v.instance], float(v.events_processed)),
                  self._one(self.late, [v.instance], float(v.events_late)),
-                 self._one(self.expired, [v.instance], float(v.requests_expired))]
+                 self._one(self.expired, [v.instance], float(v.requests_expired)),
+                 self._one(self.shed, [v.instance], float(v.requests_shed))]
         if v.shadow_lag_s is not None:
             units.append(self._one(self.lag, [v.instance], v.shadow_lag_s))
         if v.last_event_wall_ts is not None:
@@ -148,6 +150,9 @@ class ShadowCollector(Collector):
                                    labels=["reason"])
         expired = CounterMetricFamily(P + "requests_expired", "requests forgotten unjoined (finish never came)",
                                       labels=[INSTANCE_LABEL])
+        shed = CounterMetricFamily(P + "requests_shed", "requests refused by the twin's full simulator queue "
+                                   "(limits.max_simulated_queue), as SGLang's --max-queued-requests refuses them",
+                                   labels=[INSTANCE_LABEL])
         skipped = CounterMetricFamily(P + "records_skipped", "records with nothing of SGLang's in them",
                                       labels=["reason"])
         skipped.add_metric(["not_sglang"], float(view.records_skipped))
@@ -157,7 +162,7 @@ class ShadowCollector(Collector):
             recoveries.add_metric([kind], float(view.service_counters.get(kind, 0)))
         service = [skipped, recoveries]
         fams = _InstanceFamilies(build, up, lat, ape, mape, thr, drift, fac, base, counters, gauges, processed,
-                                 late, lag, last, expired)
+                                 late, lag, last, expired, shed)
         dropped = GaugeMetricFamily(P + "series_dropped", "series of this SGLang instance left out of this "
                                     "exposition by the series budget (limits.max_series_per_instance)",
                                     labels=[INSTANCE_LABEL])
@@ -195,6 +200,7 @@ class ShadowCollector(Collector):
         yield late
         yield dead
         yield expired
+        yield shed
         yield from service
         yield lag
         yield last

@@ -51,6 +51,7 @@ class InstanceView:
     simulated_ts: float | None
     alerts: list[dict[str, Any]]
     requests_expired: int = 0  # forgotten unjoined after max_wait_s + pending_expiry_margin_s
+    requests_shed: int = 0  # refused by the twin's full simulator queue (limits.max_simulated_queue)
     #: the SGLang instance whose series budget this twin's series count against (its DP ranks' twins share it);
     #: empty: ``instance`` itself
     series_group: str = ""

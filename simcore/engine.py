@@ -95,8 +95,13 @@ def simulate(settings: ServerSettings, latency: LatencyModel, workload: Workload
     # open loop, nobody watching: no finish event is needed at its time (the records are the result), so the
     # server spends no SimPy event on a finish and need not yield for it; the records are the same
     silent = planned is not None and progress is None and server_kw.get("on_finish") is None
-    server = Server(env, settings, kv_capacity_tokens, latency, key_unit=key_unit,
-                    rng=LazyGenerator(seed), observer=observer, fast=fast, signal_finishes=not silent, **server_kw)
+    # DP attention (simcore.dp_attention): dp_size schedulers in lockstep, priced together; per-rank pool sizes
+    cls: Any = Server
+    if settings.enable_dp_attention:
+        from simcore.dp_attention import DpAttentionServer
+        cls = DpAttentionServer
+    server = cls(env, settings, kv_capacity_tokens, latency, key_unit=key_unit,
+                 rng=LazyGenerator(seed), observer=observer, fast=fast, signal_finishes=not silent, **server_kw)
     if planned is not None:
         # open loop: every arrival is known; handing them over now spares one SimPy event per request and lets
         # decode runs pass over arrivals that cannot be admitted (same results: the server ingests a request

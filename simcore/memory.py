@@ -48,7 +48,7 @@ def default_mem_fraction_static(gpu_memory_bytes: int, family: VersionFamily, tp
                                 pp_size: int = 1, max_prefill_tokens: int = 16384,
                                 prefill_graph_buckets: int = DEFAULT_PREFILL_GRAPH_BUCKETS, is_mla: bool = False,
                                 speculative: bool = False, dp_attention: bool = False,
-                                disable_cuda_graph: bool = False) -> float:
+                                disable_cuda_graph: bool = False, dp_size: int = 1) -> float:
     """SGLang's default ``mem_fraction_static`` (§4.1), rounded to 3 decimals as SGLang does.
 
     0.5.x: reserved MiB = 512 + 1.5 × activation tokens + TP·PP/8 GiB + the graph reserve, at least 10 GiB on GPUs
@@ -78,6 +78,11 @@ def default_mem_fraction_static(gpu_memory_bytes: int, family: VersionFamily, tp
             reserved += cuda_graph_max_bs * 2
         elif not disable_cuda_graph:
             reserved += cuda_graph_max_bs * 2 + (1.5 * 1024 if is_mla else prefill_graph_buckets * 8)
+        if dp_attention and not (family == "0.5.23" and disable_cuda_graph):
+            # "DP attention needs more padding for some operations" (0.5.3/0.5.6/0.5.9 server_args.py
+            # _handle_gpu_memory_settings; 0.5.23 memory_hook.py reserve_for_graph_mb), before the 10 GiB floor
+            reserved += cuda_graph_max_bs * dp_size * 3 + (cuda_graph_max_bs * dp_size * 1.5
+                                                           if cuda_graph_max_bs > 300 else 0)
         if mem_mb > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
         if speculative:  # 0.5.9 server_args.py _handle_gpu_memory_settings: "eagle draft models and cuda graphs"
@@ -228,15 +233,37 @@ class KVPoolSizing:
         return self.max_total_num_tokens * self.full_cell_bytes + self.swa_max_total_num_tokens * self.swa_cell_bytes
 
 
+def dp_attention_weight_bytes_per_rank(model: "ModelSpec", precision: str, tp: int, attn_tp: int) -> int:
+    """Weight bytes on one GPU of a DP-attention server: the attention layers and the token embedding are split
+    over the attention TP group (tp / dp) only, so each DP group holds its own copy; everything else (dense MLP,
+    experts, shared experts, LM head) is split over the whole TP group.
+
+    SGLang 0.5.9 models/deepseek_v2.py: the attention projections are built with ``attn_tp_size`` /
+    ``attn_tp_rank`` (``get_attention_tp_size()``), ``embed_tokens = VocabParallelEmbedding(...,
+    use_attn_tp_group=is_dp_attention_enabled())``, ``lm_head = ParallelLMHead(..., use_attn_tp_group=
+    enable_dp_lm_head)`` (off by default: the whole TP group)."""
+    from simcore.models.spec import ATTENTION_16BIT_PRECISIONS, WEIGHT_BYTES_PER_ELEM, normalize_precision
+
+    p = normalize_precision(precision)
+    per = 2.0 if p in ATTENTION_16BIT_PRECISIONS else WEIGHT_BYTES_PER_ELEM[p]
+    attention = model.num_layers * model.attention_params_per_layer() * per
+    embedding = model.vocab_size * model.hidden_size * 2.0
+    rest = model.weight_bytes(precision) - attention - embedding
+    return int(rest / tp + (attention + embedding) / attn_tp)
+
+
 def size_kv_pool(model: "ModelSpec", gpu: "GpuSpec", settings: ServerSettings,
                  precision: str | None = None) -> KVPoolSizing:
     """Size the KV pool of ``model`` served on ``gpu`` with ``settings`` (resolved for the GPU first)."""
     s = resolve(settings, gpu.memory_bytes)
     prec = precision or model.default_precision
-    weights = model.weight_bytes(prec) // (s.tp_size * s.pp_size)
+    dp_att = s.enable_dp_attention  # each of the dp attention ranks holds its own pool (simcore/dp_attention.py)
+    attn_tp = s.tp_size // s.dp_size if dp_att else s.tp_size
+    weights = (dp_attention_weight_bytes_per_rank(model, prec, s.tp_size, attn_tp) if dp_att
+               else model.weight_bytes(prec) // s.tp_size) // s.pp_size
     kv_bytes = kv_dtype_bytes(s.kv_cache_dtype, "bf16" if model.dtype in ("auto",) else model.dtype)
-    # per-rank cell: the TP split of KV heads; PP splits layers evenly. DeepSeek-V3.2 adds its indexer keys.
-    cell = (model.kv_cell_bytes(s.tp_size, 1) * kv_bytes + model.indexer_cell_bytes()) / s.pp_size
+    # per-rank cell: the attention-TP split of KV heads; PP splits layers evenly. DeepSeek-V3.2 adds its indexer keys.
+    cell = (model.kv_cell_bytes(attn_tp, 1) * kv_bytes + model.indexer_cell_bytes()) / s.pp_size
     frac = s.mem_fraction_static
     if frac is None and _version_tuple(s.sglang_version) <= LAST_TP_TABLE_VERSION:
         frac = tp_table_mem_fraction(s.tp_size)
@@ -244,10 +271,12 @@ def size_kv_pool(model: "ModelSpec", gpu: "GpuSpec", settings: ServerSettings,
         frac = default_mem_fraction_static(
             gpu.memory_bytes, mem_fraction_family(s.sglang_version), s.tp_size, s.chunked_prefill_size,
             s.cuda_graph_max_bs or 160, pp_size=s.pp_size, max_prefill_tokens=s.max_prefill_tokens, is_mla=model.is_mla,
-            disable_cuda_graph=s.disable_cuda_graph, speculative=s.speculative_algorithm is not None)
+            disable_cuda_graph=s.disable_cuda_graph, speculative=s.speculative_algorithm is not None,
+            dp_attention=dp_att, dp_size=s.dp_size)
     tokens = max_total_num_tokens(gpu.memory_bytes, weights, cell, frac, s.page_size, s.max_total_tokens)
     ctx = s.context_length or model.context_length
-    reqs = max_running_requests(tokens, ctx, s.max_running_requests, s.dp_size, s.family)
+    # ModelRunner.dp_size is dp_size only with DP attention (0.5.9 model_runner.py __init__), else 1
+    reqs = max_running_requests(tokens, ctx, s.max_running_requests, s.dp_size if dp_att else 1, s.family)
     if uses_hybrid_swa_pool(model, s, gpu.sm_version):
         per_layer = cell / (model.num_layers / s.pp_size)  # same KV heads and head dims on both kinds of layer
         full_layers, swa_layers = model.num_full_attention_layers / s.pp_size, model.num_swa_layers / s.pp_size

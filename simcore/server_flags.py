@@ -70,6 +70,16 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
     ServerFlag("--moe-a2a-backend", "moe_a2a_backend", str,
                "MoE all-to-all: none (all-reduce after the experts) or deepep (dispatch/combine; sets ep = tp)",
                "none", choices=("none", "deepep")),
+    ServerFlag("--dp-size", "dp_size", int,
+               "data-parallel size; with --enable-dp-attention the number of attention-DP ranks inside the server, "
+               "each a scheduler with its own KV pool, stepping in lockstep (simcore/dp_attention.py)", 1),
+    ServerFlag("--enable-dp-attention", "enable_dp_attention", "switch",
+               "attention data-parallel over --dp-size ranks (tp/dp-way attention TP each), MLP/MoE over the whole "
+               "TP group on the tokens of every rank; needs --dp-size > 1 dividing the TP size (SGLang turns it "
+               "off at --dp-size 1)", False),
+    ServerFlag("--load-balance-method", "load_balance_method", str,
+               "how the data-parallel controller spreads requests over the DP ranks (default round_robin, as "
+               "SGLang 0.5.9's auto)", "round_robin", choices=("round_robin", "total_requests", "total_tokens")),
     ServerFlag("--speculative-algorithm", "speculative_algorithm", str,
                "speculative decoding: EAGLE, EAGLE3 or NEXTN (DeepSeek's MTP layer; MTP is an alias): draft steps "
                "+ one verify pass per decode iteration, several tokens per request per step; forces the overlap "
@@ -142,7 +152,7 @@ UNPRICED_FLAGS: dict[str, bool] = {"--enable-torch-compile": False, "--torch-com
 # SGLang parses its flags with argparse's default ``allow_abbrev=True``, so a unique prefix is the flag (typed in
 # public launch commands, e.g. ``--mem-frac 0.87``). Only prefixes seen in measurement files are listed: shadowsim
 # knows a subset of SGLang's flags and cannot check that any other prefix is unique among all of them.
-SGLANG_ABBREVIATIONS: dict[str, str] = {"--mem-frac": "--mem-fraction-static"}
+SGLANG_ABBREVIATIONS: dict[str, str] = {"--mem-frac": "--mem-fraction-static", "--dp": "--dp-size"}
 # TP flags: must agree with the measurement row's ``tp`` column (the simulator takes TP from there)
 TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
 

@@ -70,6 +70,10 @@ class ServerSettings(BaseModel):
     ep_size: int = Field(1, ge=1)
     moe_a2a_backend: Literal["none", "deepep"] = "none"
     enable_dp_attention: bool = False
+    # --load-balance-method: the data-parallel controller's dispatch over the DP ranks (sglang 0.5.9
+    # managers/data_parallel_controller.py; "auto" resolves to round_robin outside PD prefill, server_args.py
+    # _handle_load_balance_method)
+    load_balance_method: Literal["round_robin", "total_requests", "total_tokens"] = "round_robin"
     # Speculative decoding (--speculative-algorithm EAGLE/EAGLE3/NEXTN (MTP), --speculative-num-steps,
     # --speculative-eagle-topk, --speculative-num-draft-tokens; simcore/speculative.py). None = off.
     speculative_algorithm: Literal["EAGLE", "EAGLE3", "NEXTN", "MTP"] | None = None
@@ -134,6 +138,16 @@ class ServerSettings(BaseModel):
         version_family(v)
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _dp_attention_needs_dp(cls, data: object) -> object:
+        """SGLang turns DP attention off at ``--dp-size 1`` (server_args.py ``_handle_data_parallelism``: "if
+        self.dp_size == 1: self.enable_dp_attention = False", 0.5.3 to 0.5.9): ``--enable-dp-attention`` alone
+        serves plain TP."""
+        if isinstance(data, dict) and data.get("enable_dp_attention") and int(data.get("dp_size") or 1) == 1:
+            data = {**data, "enable_dp_attention": False}
+        return data
+
     @model_validator(mode="after")
     def _check_consistency(self) -> "ServerSettings":
         cps = self.chunked_prefill_size
@@ -147,8 +161,8 @@ class ServerSettings(BaseModel):
         if self.tp_size % self.ep_size:
             raise UserError("ep_size", f"--ep-size {self.ep_size} does not divide --tp-size {self.tp_size}",
                             "use an --ep-size that divides --tp-size (the MoE layers run tp/ep-way tensor parallel)")
-        if self.enable_dp_attention and (self.dp_size < 2 or self.tp_size % self.dp_size):
-            raise UserError("dp_size", f"--enable-dp-attention needs --dp-size > 1 dividing --tp-size "
+        if self.enable_dp_attention and self.tp_size % self.dp_size:
+            raise UserError("dp_size", f"--enable-dp-attention needs a --dp-size dividing --tp-size "
                             f"{self.tp_size}, got {self.dp_size}", "set --dp-size to a divisor of --tp-size")
         if self.enable_mixed_chunk and cps is not None and cps <= 0:
             raise UserError("enable_mixed_chunk", "mixed chunk requires chunked prefill",

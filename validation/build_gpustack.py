@@ -26,7 +26,8 @@ versions. The flags the simulator models (`simcore.server_flags`, the table of `
 `server_args` column as typed, so `validate` simulates the server that was measured. A flag the simulator does not
 model (torch.compile, pipeline parallelism, a
 non-default attention backend, ...) puts its reason in the `unsupported` column, and `validate` skips the row with
-it; unknown models and EP / DP attention are left for `validate` to refuse (the catalogue may grow). Model ids that
+it; unknown models are left for `validate` to refuse (the catalogue may grow). `dp_attention` is the DP-attention
+size SGLang runs: `--dp-size` with `--enable-dp-attention`, 1 without `--dp-size` (SGLang then turns it off). Model ids that
 are the same architecture as a catalogued config are mapped (`MODEL_ALIASES`); checkpoints that only quantize a
 catalogued model become its id plus a `precision`.
 
@@ -157,7 +158,10 @@ def build(shared: Path) -> tuple[list[dict[str, object]], list[str]]:
         version = re.search(r"SGLang:\s*v?([0-9][0-9a-z.]*)", r["engine_versions"])
         tp = int(flags.get("--tp-size") or flags.get("--tp") or 1)
         dp = int(flags.get("--dp-size") or flags.get("--dp") or 1)
-        dp_att = (dp if dp > 1 else tp) if "--enable-dp-attention" in flags else 1
+        # SGLang turns DP attention off at --dp-size 1 (the default): ServerArgs._handle_data_parallelism, "if
+        # self.dp_size == 1: self.enable_dp_attention = False", in 0.5.3, 0.5.6.post2 and 0.5.9 alike; so
+        # `--tp-size 8 --enable-dp-attention` alone serves plain TP8
+        dp_att = dp if "--enable-dp-attention" in flags and dp > 1 else 1
         num_prompts, max_conc = _protocol(shared / DOCS / r["file"])
         n = int(m["Successful requests"])
         base = f"{_slug(r['file'].removesuffix('.md'))}_{_slug(r['section'].split('>')[-1])[:40]}"

@@ -307,6 +307,14 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
                                   kv_cache_dtype=settings.kv_cache_dtype,
                                   parallel=ParallelLayout.from_settings(settings, gpu))
     variability = variability_from_args(args)
+    if settings.enable_dp_attention:  # simcore.dp_attention: attention per rank, MLP/MoE on the gathered tokens
+        from simcore.dp_attention import build_dp_attention_latency
+
+        if variability is not None and variability.jitters_steps:
+            raise UserError("--variability", "step jitter with DP attention is not modelled",
+                            "use --variability off with --enable-dp-attention")
+        latency = build_dp_attention_latency(model, gpu, settings, precision, backend=args.latency_backend,
+                                             profile=profile)
     latency = with_variability(latency, variability, args.seed)
     # speculative decoding (--speculative-*): the draft model priced on the same GPUs, TP and precision
     speculative = build_speculative(settings, model, latency, lambda m: build_latency_model(
@@ -319,7 +327,8 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         if args.max_total_tokens < 2:
             raise UserError("--max-total-tokens", "must be >= 2", "give the KV pool size in tokens")
         capacity = args.max_total_tokens - args.max_total_tokens % settings.page_size
-        max_running = max_running_requests(capacity, ctx, settings.max_running_requests)
+        max_running = max_running_requests(capacity, ctx, settings.max_running_requests,
+                                           settings.dp_size if settings.enable_dp_attention else 1)
         mem_frac = None
         sizing = None
     else:
@@ -382,6 +391,8 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         "max_total_num_tokens": capacity, "max_running_requests": max_running,
         "mem_fraction_static": mem_frac, "cuda_graph_max_bs": settings.cuda_graph_max_bs,
         "overlap_schedule": not settings.disable_overlap_schedule,
+        # with DP attention the pool and request slots above are per attention-DP rank (simcore.dp_attention)
+        "dp_attention_ranks": settings.dp_size if settings.enable_dp_attention else 1,
         "speculative": None if speculative is None else {
             "algorithm": speculative.config.algorithm, "num_steps": speculative.config.num_steps,
             "eagle_topk": speculative.config.eagle_topk, "num_draft_tokens": speculative.config.num_draft_tokens,

@@ -142,7 +142,9 @@ def _write_records(path: str, records: Sequence[Any]) -> None:
 def _print_table(s: dict[str, Any]) -> None:
     srv = s["server"]
     print(f"{srv['model']} on {srv['tp']}x {srv['gpu']} ({srv['precision']}), SGLang {srv['sglang_version']} "
-          f"rules, policy {srv['schedule_policy']}, KV pool {srv['max_total_num_tokens']:,} tokens")
+          f"rules, policy {srv['schedule_policy']}, KV pool {srv['max_total_num_tokens']:,} tokens"
+          + (f" on each of {srv['dp_attention_ranks']} DP-attention ranks" if srv.get("dp_attention_ranks", 1) > 1
+             else ""))
     print(f"requests        {s['num_requests']:>10}   retractions {s['num_retractions']}   "
           f"aborted {s['num_aborted']}")
     print(f"throughput      {s['throughput_rps']:>10.3f} req/s   {s['output_tokens_per_s']:,.0f} output tok/s")

@@ -130,6 +130,10 @@ class LimitsConfig(_Frozen):
     max_series_per_instance: int = Field(3000, ge=50, description="series one SGLang instance (all its DP ranks' "
                                          "twins together) may export on /metrics; the rest are left out and "
                                          "counted (shadowsim_series_dropped); a twin exports about 270")
+    max_simulated_queue: int = Field(10_000, ge=1, description="requests one twin's simulator may hold queued (not "
+                                     "yet running); a request entering a full queue is refused, as SGLang's "
+                                     "--max-queued-requests refuses it, forgotten and counted "
+                                     "(shadowsim_requests_shed_total)")
     offset_reset: Literal["earliest", "latest", "fail"] = Field(
         "earliest", description="where to resume when a snapshot's offset is outside its partition")
 

@@ -160,6 +160,9 @@ def build_twin_speculative(cfg: InstanceConfig, server_config: dict[str, Any], s
                              lambda m: build_latency_model(m, gpu, tp, cfg.precision, profile=prof), cfg.seed)
 
 
+#: the simulator's queue bound of a twin that sets none (``limits.max_simulated_queue``)
+DEFAULT_MAX_QUEUED = 10_000
+
 FALLBACK_KV_TOKENS = 200_000  # KV pool of a twin whose server, model and GPU are all unknown
 
 
@@ -235,6 +238,9 @@ class SimEngine:
         self._done: list[Completion] = []
         self._last_step: dict[str, float] = {"queue": 0.0, "running": 0.0, "kv_usage": 0.0}
         self._held = 0.0  # simulated time (relative) asked for by `hold` and not yet run to
+        #: requests the server may hold queued (submitted, not running); one entering a full queue is refused
+        self.max_queued: int | None = DEFAULT_MAX_QUEUED
+        self._shed: list[str] = []  # request ids refused that way since the last `take_shed`
         self.env = simpy.Environment()
         if snapshot is None:
             self.server = Server(self.env, self.settings, self.kv_capacity, self.latency, key_unit=self.key_unit,
@@ -284,6 +290,12 @@ class SimEngine:
             at, _, spec = heapq.heappop(self._future)
             self._future_rids.discard(spec["rid"])
             self._run(at)
+            if self.max_queued is not None and self.queued() >= self.max_queued:
+                # SGLang's Scheduler._abort_on_queued_limit (--max-queued-requests): the incoming request is
+                # refused when len(waiting_queue) + 1 > the limit. Decided in simulated time, at the request's
+                # entry, so the same requests are refused however the events were batched.
+                self._shed.append(spec["rid"])
+                continue
             self._enter(at, spec)
         self._run(until)
         # The server keeps every record and ITL sample for offline summaries; a live shadow must not grow
@@ -294,6 +306,15 @@ class SimEngine:
                 acc.clear()
         done, self._done = self._done, []
         return done
+
+    def queued(self) -> int:
+        """Requests the server holds that have not started running (submitted and not yet ingested, or waiting)."""
+        return len(self.server.pending) + len(self.server.waiting)
+
+    def take_shed(self) -> list[str]:
+        """Request ids refused at a full queue (``max_queued``) since the last call."""
+        out, self._shed = self._shed, []
+        return out
 
     def state(self) -> dict[str, float]:
         return dict(self._last_step)

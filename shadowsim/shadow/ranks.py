@@ -18,12 +18,15 @@ event; before either is known, request events stay on the instance's own twin.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any, Callable
 
 RANK_SEP = "#dp"
 #: at most this many instance ids in the configured-DP-size cache (cleared beyond: it is only a cache)
 MAX_CONFIGURED_CACHE = 10_000
 _MISSING = object()
+#: version of ``RankRouter.snapshot()``'s form, stored in checkpoints (``restore`` refuses any other)
+ROUTER_STATE_VERSION = 1
 
 
 _FIELDS: dict[type, tuple[bool, bool] | None] = {}
@@ -124,11 +127,50 @@ class RankRouter:
             self._set(self._request_rank, key, _MISSING)
         return rank_twin_id(iid, rank)
 
-    def snapshot(self) -> dict[str, Any]:
-        return {"dp_size": dict(self._dp_size), "next_rank": dict(self._next_rank),
-                "request_rank": [[i, r, k] for (i, r), k in sorted(self._request_rank.items())]}
+    def snapshot(self, instances: Iterable[str] | None = None) -> dict[str, Any]:
+        """The routing state (``ROUTER_STATE_VERSION``) of ``instances`` (SGLang instance ids; None: all): DP sizes
+        learnt from ``server_config`` events, the next rank of the round robin, and the rank of every request in
+        flight. The service stores it in each partition's checkpoint with the instances of that partition."""
+        sel = None if instances is None else set(instances)
+        return {"version": ROUTER_STATE_VERSION,
+                "dp_size": {k: v for k, v in sorted(self._dp_size.items()) if sel is None or k in sel},
+                "next_rank": {k: v for k, v in sorted(self._next_rank.items()) if sel is None or k in sel},
+                "request_rank": [[i, r, k] for (i, r), k in sorted(self._request_rank.items())
+                                 if sel is None or i in sel]}
 
-    def restore(self, data: dict[str, Any]) -> None:
-        self._dp_size = {k: int(v) for k, v in data.get("dp_size", {}).items()}
-        self._next_rank = {k: int(v) for k, v in data.get("next_rank", {}).items()}
-        self._request_rank = {(i, r): int(k) for i, r, k in data.get("request_rank", [])}
+    def restore(self, data: dict[str, Any], *, merge: bool = False) -> None:
+        """Install ``snapshot()`` output: replace the whole state, or (``merge``) add the instances it holds to the
+        state of others (a newly assigned partition). Raises ``ValueError`` on a state of another version or of the
+        wrong structure, leaving the router unchanged."""
+        version = data.get("version", ROUTER_STATE_VERSION)  # the first form (tests only) had no version
+        if version != ROUTER_STATE_VERSION:
+            raise ValueError(f"router state version {version!r}, expected {ROUTER_STATE_VERSION}")
+
+        def count(v: Any, what: str) -> int:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"router state: {what} is {v!r}, not a count")
+            return v
+
+        dp_size = {str(k): count(v, f"dp_size[{k!r}]") for k, v in dict(data.get("dp_size", {})).items()}
+        next_rank = {str(k): count(v, f"next_rank[{k!r}]") for k, v in dict(data.get("next_rank", {})).items()}
+        request_rank: dict[tuple[str, str], int] = {}
+        for entry in data.get("request_rank", []):
+            if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+                raise ValueError(f"router state: request_rank entry {entry!r} is not [instance, request, rank]")
+            i, r, k = entry
+            request_rank[(str(i), str(r))] = count(k, f"the rank of request {r!r}")
+        if not merge:
+            self._dp_size, self._next_rank, self._request_rank = {}, {}, {}
+        self._dp_size.update(dp_size)
+        self._next_rank.update(next_rank)
+        self._request_rank.update(request_rank)
+        self._undo.clear()
+
+    def forget(self, instances: Iterable[str]) -> None:
+        """Drop the routing state of ``instances`` (their partition moved to another process)."""
+        gone = set(instances)
+        for table in (self._dp_size, self._next_rank):
+            for k in [k for k in table if k in gone]:
+                del table[k]
+        for key in [key for key in self._request_rank if key[0] in gone]:
+            del self._request_rank[key]

@@ -136,13 +136,16 @@ class ShadowService:
         newest = manifests[0] if manifests else (legacy if legacy.exists() else None)
         for path, snap in self.store.candidates(*tp):
             twins: dict[str, InstanceTwin] = {}
+            routing = RankRouter()
             try:
                 for iid, tstate in snap["twins"].items():
                     twin = self._new_twin(iid)
                     twin.restore(tstate)
                     twins[iid] = twin
+                if snap.get("ranks") is not None:  # checkpoints before the router was in them have none
+                    routing.restore(snap["ranks"])  # checked here, installed below with the twins
             except Exception as exc:  # noqa: BLE001 - a wrong-structure state: try the previous checkpoint
-                log.warning("snapshot %s: twin state does not restore (%s: %s); trying an older snapshot", path,
+                log.warning("snapshot %s: its state does not restore (%s: %s); trying an older snapshot", path,
                             type(exc).__name__, " ".join(str(exc).split())[:200])
                 continue
             if path != newest:
@@ -155,6 +158,8 @@ class ShadowService:
             ps.skipped = int(snap.get("skipped", 0))
             ps.applied = int(snap.get("applied", 0))  # absent in older checkpoints
             ps.max_ts = float(snap["max_ts"]) if snap.get("max_ts") is not None else -math.inf
+            if snap.get("ranks") is not None:
+                self.ranks.restore(snap["ranks"], merge=True)  # requests in flight keep their DP rank
             for iid, twin in twins.items():
                 self.twins[iid] = twin
                 self.twin_partition[iid] = tp
@@ -213,6 +218,7 @@ class ShadowService:
             self.checkpoint(owned, commit=True)
             for tp in owned:
                 ps = self.partitions.pop(tp)
+                self.ranks.forget({base_instance_id(iid) for iid in ps.instances})
                 for iid in ps.instances:
                     self.twins.pop(iid, None)
                     self.twin_partition.pop(iid, None)
@@ -221,7 +227,8 @@ class ShadowService:
 
     def _new_twin(self, iid: str) -> InstanceTwin:
         c = self.config
-        return InstanceTwin(iid, c.instance(base_instance_id(iid)), c.time, c.drift, self.engine_factory, self.clock)
+        return InstanceTwin(iid, c.instance(base_instance_id(iid)), c.time, c.drift, self.engine_factory, self.clock,
+                            max_simulated_queue=c.limits.max_simulated_queue)
 
     # ---- processing ----------------------------------------------------------------------------------------------
     def process(self, rec: Any, *, flush: bool = True) -> bool:
@@ -509,6 +516,8 @@ class ShadowService:
                 "skipped": ps.skipped,
                 "applied": ps.applied,
                 "max_ts": ps.max_ts if math.isfinite(ps.max_ts) else None,
+                # the DP-rank router's state of this partition's instances (ranks.py: ROUTER_STATE_VERSION)
+                "ranks": self.ranks.snapshot({base_instance_id(iid) for iid in ps.instances}),
                 "twins": {iid: self.twins[iid].snapshot() if iid in ps.dirty or iid not in ps.saved else UNCHANGED
                           for iid in live},
             })

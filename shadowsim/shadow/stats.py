@@ -84,6 +84,7 @@ class InstanceStats:
     events_late: int = 0
     requests_estimated: int = 0
     requests_expired: int = 0  # forgotten after max_wait_s + pending_expiry_margin_s without both halves
+    requests_shed: int = 0  # refused by the simulator's full queue (limits.max_simulated_queue), then forgotten
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -94,6 +95,7 @@ class InstanceStats:
             "events_late": self.events_late,
             "requests_estimated": self.requests_estimated,
             "requests_expired": self.requests_expired,
+            "requests_shed": self.requests_shed,
         }
 
     @classmethod
@@ -110,4 +112,5 @@ class InstanceStats:
         st.events_late = int(data["events_late"])
         st.requests_estimated = int(data.get("requests_estimated", 0))
         st.requests_expired = int(data.get("requests_expired", 0))
+        st.requests_shed = int(data.get("requests_shed", 0))  # absent before the queue bound
         return st

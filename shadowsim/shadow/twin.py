@@ -16,6 +16,7 @@ Event time (see docs/shadow.md):
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 from collections import deque
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from shadowsim.shadow.protocols import Completion, Engine, EngineFactory, Pendin
 from shadowsim.shadow.speculative import DEFAULT_DECODE_LOG_INTERVAL
 from shadowsim.shadow.stats import InstanceStats
 
+_log = logging.getLogger("shadowsim.shadow")
 MAX_ESTIMATE_TOKENS = 4096  # SGLang clips unknown max_new_tokens to 4096 for its own estimate (§2.5)
 
 
@@ -47,8 +49,11 @@ class InstanceTwin:
     """State and behaviour of one shadowed instance."""
 
     def __init__(self, instance_id: str, cfg: InstanceConfig, time_cfg: TimeConfig, drift_cfg: DriftConfig,
-                 engine_factory: EngineFactory, clock: Callable[[], float]) -> None:
+                 engine_factory: EngineFactory, clock: Callable[[], float], *,
+                 max_simulated_queue: int | None = None) -> None:
         self.instance_id = instance_id
+        #: the simulator's queue bound (limits.max_simulated_queue; None: the engine's default)
+        self.max_simulated_queue = max_simulated_queue
         self.cfg, self.time_cfg, self.drift_cfg = cfg, time_cfg, drift_cfg
         self._factory, self._clock = engine_factory, clock
         self.server_config: dict[str, Any] = {}
@@ -283,7 +288,12 @@ class InstanceTwin:
             assert self.epoch_ts is not None
             self.engine_config = dict(self.server_config)
             self.engine = self._factory(self.cfg, dict(self.engine_config), self.epoch_ts, None)
+            self._bound_queue()
         return self.engine
+
+    def _bound_queue(self) -> None:
+        if self.max_simulated_queue is not None and hasattr(self.engine, "max_queued"):
+            self.engine.max_queued = self.max_simulated_queue  # type: ignore[union-attr]
 
     def _anchor(self) -> Anchor:
         a = self._anchor_obj
@@ -363,6 +373,10 @@ class InstanceTwin:
         self._held = False
         for c in self.engine.advance_to(horizon):
             self._on_completion(c)
+        take_shed = getattr(self.engine, "take_shed", None)
+        if take_shed is not None:
+            for rid in take_shed():
+                self._on_shed(rid)
         # Windows cover the last window_s of *simulated* time: samples join when the simulation reaches them, which
         # can trail the watermark by a long request's lifetime.
         for w in self.windows.values():
@@ -385,6 +399,21 @@ class InstanceTwin:
         self.predicted[c.rid] = pred
         if c.rid in self.actual:
             self._join(c.rid)
+
+    def _on_shed(self, rid: str) -> None:
+        """The simulator refused the request at its full queue (``limits.max_simulated_queue``): it will never be
+        predicted, so it is forgotten like an expired request (its id kept as done, so a late finish is dropped)
+        and counted in ``requests_shed``."""
+        if self.pending.pop(rid, None) is None:
+            return  # forgotten already (expired, counted there)
+        self.predicted.pop(rid, None)
+        self.actual.pop(rid, None)
+        self.stats.requests_shed += 1
+        if self.stats.requests_shed == 1 or self.stats.requests_shed % 10_000 == 0:
+            _log.warning("twin %s: the simulator's queue is full (limits.max_simulated_queue = %s): request %r and "
+                         "%d in all were not simulated (shadowsim_requests_shed_total)", self.instance_id[:80],
+                         self.max_simulated_queue, rid[:80], self.stats.requests_shed)
+        self._mark_done(rid, self.watermark)
 
     def _count(self, source: str, v: dict[str, Any]) -> None:
         st = self.stats
@@ -525,6 +554,7 @@ class InstanceTwin:
             built = data.get("engine_config")
             self.engine_config = dict(built if built is not None else data["server_config"])
             self.engine = self._factory(self.cfg, dict(self.engine_config), self.epoch_ts, data["engine"])
+            self._bound_queue()
 
 
 _HANDLERS: dict[str, Callable[[InstanceTwin, Any], None]] = {

@@ -73,6 +73,7 @@ def build_view(service: ShadowService) -> ShadowView:
                 simulated_ts=sim_ts,
                 alerts=list(t.alerts),
                 requests_expired=t.stats.requests_expired,
+                requests_shed=t.stats.requests_shed,
                 series_group=base_instance_id(iid),
             ))
         return ShadowView(out, service.dead_letters(), service.records_processed, service.checkpoints,

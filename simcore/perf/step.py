@@ -276,6 +276,56 @@ class StepLatencyModel:
         gpu += prof.step_overhead_s + prof.gpu_per_req_s * n_req
         return StepTime(gpu, cpu)
 
+    # ---- the two halves of a step under DP attention (simcore/dp_attention.py) ------------------------------------
+    @property
+    def eager_floor_s(self) -> float:
+        """The shortest eager step: the host launches of every layer (see `_compute`)."""
+        return self.shapes.num_layers * self._launch_per_layer
+
+    def attention_side_s(self, shape: BatchShape, bs: int, graph: bool) -> float:
+        """GPU seconds of one attention-DP rank's own half of a step, at this model's TP (the attention TP group,
+        tp / dp): the attention projections, the attention kernels and the elementwise kernels over its own rows
+        (``shape``'s extend tokens plus ``bs`` decode rows, padded when ``graph``), and the all-reduce after the
+        attention inside the attention TP group. Profile scales applied; no per-step overhead."""
+        n_ext = len(shape.extend_lens)
+        m = shape.num_extend_tokens + bs
+        if m == 0:
+            return 0.0
+        sh, c, L = self.shapes, self.costs, self.shapes.num_layers
+        gemm_s = sum(cv(m) for cv in self._attn_curves) * L * 1e-3
+        comm_s = L * c.allreduce_s(m * sh.hidden * 2.0, self.tp, graph) if self.tp > 1 else 0.0
+        ew_s = L * c.elementwise_s(m * sh.elementwise_bytes_per_token, _EW_KERNELS + (1 if sh.qk_norm else 0))
+        attn_s = 0.0
+        decode_attention = bs > 0
+        if n_ext:
+            attn_s += self._k_ctx * self._context_attention_layers(shape.extend_lens, shape.prefix_lens)
+            if sh.is_mla:
+                prefix = sum(shape.prefix_lens) + max(0, shape.decode_sum_kv - shape.num_decode)
+                if mla_extend_runs_mha(self._sm_version, prefix):
+                    attn_s += L * (self.mla_prefix_s(prefix) + self.mla_new_tokens_mha_s(m))
+                    decode_attention = False
+        if decode_attention:
+            attn_s += self._k_gen * self._generation_attention_layers(bs, shape)
+        return self._k_gemm * gemm_s + self._k_comm * comm_s + self._k_ew * ew_s + attn_s
+
+    def mlp_side_s(self, tokens: int, logits: int) -> float:
+        """GPU seconds of the MLP half of a step over ``tokens`` tokens gathered from every attention-DP rank, at
+        this model's TP (the whole TP group): dense-MLP and shared-expert GEMMs, the fused MoE (with the costs'
+        expert-parallel layout), the LM head over ``logits`` rows and sampling. Collectives are the caller's
+        (simcore/dp_attention.py prices the DP gather/scatter and the logits gather). Profile scales applied."""
+        if tokens <= 0:
+            return 0.0
+        sh, c = self.shapes, self.costs
+        gemm_ms = sum(cv(tokens) for cv in self._dense_curves) * sh.num_dense_layers
+        gemm_ms += sum(cv(tokens) for cv in self._shared_curves) * sh.num_moe_layers
+        moe_s = 0.0
+        if sh.num_moe_layers:
+            moe_s = sh.num_moe_layers * c.moe_s(tokens, sh.hidden, sh.moe_inter, sh.top_k, sh.num_experts,
+                                                 self._gemm_dtype, tp=self.tp)
+        head_s = self._lm_curve(max(logits, 1)) * 1e-3 if logits else 0.0
+        ew_s = c.elementwise_s(logits * sh.lm_head.n * 4.0 + tokens * sh.hidden * 2.0, 3)
+        return self._k_gemm * (gemm_ms * 1e-3 + head_s) + self._k_moe * moe_s + self._k_ew * ew_s
+
     # ---- introspection (benchmarks, docs, the calibrate command) ------------------------------------------------
     def breakdown(self, shape: BatchShape) -> dict[str, float]:
         """Seconds per op class for one step (uncalibrated costs, before profile scales), for reports."""

@@ -304,8 +304,6 @@ def unsupported_reason(row: Row) -> str | None:
     """Why a row cannot be simulated faithfully, or None."""
     if row.unsupported:
         return row.unsupported
-    if row.dp_attention > 1:
-        return f"DP attention (dp_attention={row.dp_attention}) is not modelled"
     if row.isl is None or row.osl is None or row.isl < 1 or row.osl < 1:
         return "isl and osl must be positive"
     if row.concurrency is None and row.request_rate is None and row.client_name() != "bench_serving":
@@ -462,6 +460,8 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
         flags["max_total_tokens"] = row.max_total_tokens
     if row.ep > 1 and "ep_size" not in flags:  # the row's ep column is SGLang's --ep-size
         flags["ep_size"] = row.ep
+    if row.dp_attention > 1 and "dp_size" not in flags:  # the column: --enable-dp-attention --dp-size N
+        flags.update(dp_size=row.dp_attention, enable_dp_attention=True)
     try:
         settings = resolve(ServerSettings(sglang_version=row.sglang_version, tp_size=row.tp,
                                           output_path_s_per_step=p.output_path_s_per_step,
@@ -478,6 +478,13 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
     latency = build_latency_model(model, gpu, row.tp, precision, backend=backend, profile=profile,
                                   kv_cache_dtype=settings.kv_cache_dtype,
                                   parallel=ParallelLayout.from_settings(settings, gpu))
+    if settings.enable_dp_attention:  # simcore.dp_attention: attention per rank, MLP/MoE on the gathered tokens
+        from simcore.dp_attention import build_dp_attention_latency
+
+        if p.variability is not None and p.variability.jitters_steps:
+            raise UserError("--variability", f"row {row.id}: step jitter with DP attention is not modelled",
+                            "use --variability off for DP-attention rows")
+        latency = build_dp_attention_latency(model, gpu, settings, precision, backend=backend, profile=profile)
     latency = with_variability(latency, p.variability, seed)
     # speculative decoding (--speculative-* in server_args): the draft priced on the same GPUs, TP, precision
     speculative = build_speculative(settings, model, latency, lambda m: build_latency_model(

@@ -319,3 +319,66 @@ def test_twenty_crashes_while_failing_records_are_applied_lose_and_double_nothin
         for iid in ("a", "b"):
             assert svc.twins[iid].stats.snapshot() == ref.twins[iid].stats.snapshot(), (trial, iid)
     assert crashes == 20
+
+
+def _flood(n: int) -> list[bytes]:
+    """``n`` requests at 1,000/s, each 4,000 prompt tokens and 200 output tokens (known at arrival, as in a trace
+    replay), finishing 1 s later: far more than one simulated server serves, so its queue grows by ~900/s."""
+    out = []
+    for i in range(n):
+        a = T + i * 0.001
+        out.append(ev("request_arrived", request_id=f"f{i}", prompt_tokens=4000, ts=a, output_tokens_hint=200))
+        out.append(ev("request_finished", request_id=f"f{i}", prompt_tokens=4000, output_tokens=200, ts=a + 1.0,
+                      ttft_s=0.5, e2e_s=1.0))
+    out.sort(key=lambda v: json.loads(v)["ts"])
+    out.append(ev("decode_batch", running_reqs=0, ts=T + n * 0.001 + 5.0))
+    return out
+
+
+def test_a_flooded_twins_simulator_queue_stays_bounded_and_every_refused_request_is_counted(tmp_path: Path) -> None:
+    """Issue 11: the simulator's own waiting queue of a flooded instance grew with everything the flood submitted.
+    It is bounded now by ``limits.max_simulated_queue``: a request entering a full queue is refused, as SGLang's
+    ``--max-queued-requests`` refuses it (0.5.9 ``Scheduler._abort_on_queued_limit``: len(waiting_queue) + 1 >
+    the limit), forgotten like an expired request, and counted in ``requests_shed``
+    (``shadowsim_requests_shed_total``). The refusal is decided in simulated time, so it does not depend on how
+    the records were batched, and it survives a checkpoint."""
+    from exporters.prometheus import ShadowCollector
+    from prometheus_client import CollectorRegistry, generate_latest
+    from shadowsim.shadow.view import build_view
+
+    cap = 200
+    values = [(b"a", v) for v in _flood(3000)]
+    recs = decoded(values)
+    seen: list[int] = []
+
+    def make(batch: int, state: str) -> ShadowService:
+        cfg = ShadowConfig(instances={"default": InstanceConfig(latency_backend="linear")},
+                           limits=LimitsConfig(max_simulated_queue=cap),
+                           snapshot=SnapshotConfig(dir=tmp_path / state, every_events=500, every_s=1e9))
+        return ShadowService(cfg, lambda a, r: MemorySource(recs, a, r, batch=batch), engine_factory,
+                             sink=PredictionSink(tmp_path / f"{state}.jsonl"))
+
+    svc = make(64, "big")
+    svc.run(idle_timeout_s=0, poll_timeout_s=0, on_batch=lambda s: seen.append(s.twins["a"].engine.queued()))
+    svc.close()
+    twin = svc.twins["a"]
+    assert max(seen) <= cap  # the queue never held more than the cap
+    assert twin.stats.requests_shed > 1000  # most of the flood was refused ...
+    got = read_predictions(tmp_path / "big.jsonl")
+    # ... and every request is accounted for: predicted and joined, refused, or expired
+    assert len(got) + twin.stats.requests_shed + twin.stats.requests_expired + len(twin.pending) == 3000
+    assert not any(k[1] in twin.pending for k in got)
+    # the same requests are refused whatever the batching
+    one = make(1, "one")
+    one.run(idle_timeout_s=0, poll_timeout_s=0)
+    one.close()
+    assert read_predictions(tmp_path / "one.jsonl") == got
+    assert one.twins["a"].stats.snapshot() == twin.stats.snapshot()
+    # exported, and restored from the checkpoint
+    reg = CollectorRegistry()
+    reg.register(ShadowCollector(lambda: build_view(svc)))
+    assert (f'shadowsim_requests_shed_total{{sglang_instance="a"}} {float(twin.stats.requests_shed)}'
+            in generate_latest(reg).decode())
+    again = make(64, "big")
+    again.run(max_records=0, poll_timeout_s=0, checkpoint_at_end=False)
+    assert again.twins["a"].stats.requests_shed == twin.stats.requests_shed

@@ -88,3 +88,103 @@ def test_refused_records_leave_the_router_as_it_was_and_a_flood_of_ids_keeps_it_
     r = svc.ranks
     assert r._dp_size == {} and r._next_rank == {} and r._request_rank == {} and r._undo == []
     assert len(r._configured) <= MAX_CONFIGURED_CACHE
+
+
+# ---- the router's table in the checkpoint (issue 11) ------------------------------------------------------------
+T0 = 1_800_000_000.0
+
+
+def _dp_stream(n: int = 40) -> list[Record]:
+    """A DP-3 instance (``settings.dp_size``) with ~8 requests in flight at any time: arrivals every 0.25 s, each
+    finishing 2 s later, so every checkpoint holds requests whose rank only the router knows."""
+    evs: list[tuple[float, object]] = []
+    for i in range(n):
+        a = T0 + i * 0.25
+        evs.append((a, RequestArrived(instance_id="dp", ts=a, event_id=f"a{i}", request_id=f"q{i}",
+                                      prompt_tokens=100 + 7 * i, source="t")))
+        evs.append((a + 2.0, RequestFinished(instance_id="dp", ts=a + 2.0, event_id=f"f{i}", request_id=f"q{i}",
+                                             prompt_tokens=100 + 7 * i, output_tokens=4 + i % 5, ttft_s=0.1,
+                                             e2e_s=2.0, source="t")))
+    evs.sort(key=lambda x: x[0])
+    evs += [(T0 + n, DecodeBatch(instance_id="dp", ts=T0 + n * 0.25 + 60, event_id=f"end{k}", running_reqs=0,
+                                 dp_rank=k, source="t")) for k in range(3)]  # each rank's clock moves on
+    return [Record("t", 0, k, b"dp", [e]) for k, (_, e) in enumerate(evs)]
+
+
+def _dp_config(state: Path) -> ShadowConfig:
+    return ShadowConfig(instances={"default": InstanceConfig(model="unknown", latency_backend="linear",
+                                                             settings={"dp_size": 3})},
+                        snapshot=SnapshotConfig(dir=state, every_events=7, every_s=1e9))
+
+
+def test_a_crash_and_restore_keeps_every_request_on_its_dp_rank(tmp_path: Path) -> None:
+    """Issue 11: the router's request-to-rank table was not checkpointed, so after a restore the requests in flight
+    finished on the instance's own twin (``dp``), which had never seen them arrive. Now it is in each partition's
+    checkpoint: 12 crashes (state abandoned without a final checkpoint, as SIGKILL leaves it) at random points
+    give exactly the predictions and per-rank counters of an uninterrupted run, and no request reaches ``dp``."""
+    import random
+
+    from shadowsim.shadow.sink import PredictionSink, read_predictions
+
+    recs = _dp_stream()
+    ref = ShadowService(_dp_config(tmp_path / "ref"), lambda a, r: MemorySource(recs, a, r), engine_factory,
+                        sink=PredictionSink(tmp_path / "ref.jsonl"), clock=lambda: 0.0)
+    ref.run(idle_timeout_s=0, poll_timeout_s=0)
+    ref.close()
+    want = read_predictions(tmp_path / "ref.jsonl")
+    assert len(want) == 40 and sorted(ref.twins) == ["dp#dp0", "dp#dp1", "dp#dp2"]
+    assert {k[0] for k in want} == {"dp#dp0", "dp#dp1", "dp#dp2"}
+    rng = random.Random(11)
+    for trial in range(3):
+        state, sink_path = tmp_path / f"s{trial}", tmp_path / f"p{trial}.jsonl"
+        committed: dict = {}
+        for _ in range(4):
+            svc = ShadowService(_dp_config(state), lambda a, r: MemorySource(recs, a, r, batch=rng.randint(1, 6),
+                                                                             committed=dict(committed)),
+                                engine_factory, sink=PredictionSink(sink_path), clock=lambda: 0.0)
+            svc.run(max_records=rng.randint(5, 25), poll_timeout_s=0, checkpoint_at_end=False)
+            committed = dict(svc.source.committed)  # type: ignore[attr-defined]
+            svc.sink._f.close()  # type: ignore[union-attr]  # no flush, no checkpoint: the process is gone
+        svc = ShadowService(_dp_config(state), lambda a, r: MemorySource(recs, a, r, committed=committed),
+                            engine_factory, sink=PredictionSink(sink_path), clock=lambda: 0.0)
+        svc.run(idle_timeout_s=0, poll_timeout_s=0)
+        svc.close()
+        assert read_predictions(sink_path) == want, trial
+        assert "dp" not in svc.twins, trial  # no finish was routed to the instance's own twin
+        for iid in ref.twins:
+            assert svc.twins[iid].stats.snapshot() == ref.twins[iid].stats.snapshot(), (trial, iid)
+        assert svc.ranks.snapshot() == ref.ranks.snapshot()
+
+
+def test_the_router_state_is_versioned_and_older_checkpoints_still_restore(tmp_path: Path) -> None:
+    """A checkpoint written before the router was in it (no ``ranks``) restores as before (requests in flight then
+    finish on the instance twin); a router state of an unknown version makes the service fall back to the older
+    checkpoint, like any state that does not restore."""
+    import json
+
+    recs = _dp_stream(12)
+    cfg = _dp_config(tmp_path / "s")
+    svc = ShadowService(cfg, lambda a, r: MemorySource(recs, a, r, batch=1), engine_factory, clock=lambda: 0.0)
+    svc.run(max_records=7, poll_timeout_s=0)  # a checkpoint at offset 7
+    svc.run(max_records=3, poll_timeout_s=0)  # and one at offset 10
+    newest, older, *oldest = svc.store.manifests("t", 0)
+    doc = json.loads(newest.read_bytes())
+    assert doc["next_offset"] == 10 and json.loads(older.read_bytes())["next_offset"] == 7
+    assert doc["ranks"]["version"] == 1 and doc["ranks"]["request_rank"]  # requests in flight, with their ranks
+    in_flight = {r for _, r, _ in doc["ranks"]["request_rank"]}
+    # an unknown version: the newest checkpoint is refused, the older one (offset 7) is used
+    bad = dict(doc, ranks=dict(doc["ranks"], version=99))
+    newest.write_bytes(json.dumps(bad).encode())
+    again = ShadowService(cfg, lambda a, r: MemorySource(recs, a, r), engine_factory, clock=lambda: 0.0)
+    again.run(max_records=0, poll_timeout_s=0, checkpoint_at_end=False)
+    assert again.partitions[("t", 0)].next_offset == 7 and again.counters["snapshot_fallbacks"] == 1
+    # the format before the router was checkpointed: no `ranks` key at all
+    old = {k: v for k, v in doc.items() if k != "ranks"}
+    newest.write_bytes(json.dumps(old).encode())
+    for path in (older, *oldest):
+        path.unlink()
+    legacy = ShadowService(cfg, lambda a, r: MemorySource(recs, a, r), engine_factory, clock=lambda: 0.0)
+    legacy.run(idle_timeout_s=0, poll_timeout_s=0, checkpoint_at_end=False)
+    assert legacy.partitions[("t", 0)].next_offset == len(recs) and legacy.counters["snapshot_fallbacks"] == 0
+    # without the table, the finishes of the requests in flight at the checkpoint reach the instance's twin
+    assert legacy.twins["dp"].stats.counters["requests_finished"]["actual"] == len(in_flight)

@@ -1,9 +1,10 @@
 """Independent check: `shadowsim validate validation/gpustack_sglang.csv` (GPUStack's SGLang runs, other models/GPUs).
 
 The file is GPUStack's published SGLang benchmarks (vllm bench serve, ShareGPT, 1000-prompt bursts or 4 clients),
-built by validation/build_gpustack.py. Of its 51 runs, 25 can be simulated (DeepSeek-R1 and DeepSeek-V3.2 H200 TP8, the latter also with MTP,
+built by validation/build_gpustack.py. Of its 51 runs, 32 can be simulated (DeepSeek-R1 and DeepSeek-V3.2 H200 TP8, the latter also with MTP
+and with DP attention 8 (simcore/dp_attention.py),
 GLM-4.5-Air A100/H100 TP4, gpt-oss-20b/120b A100/H100 TP1, Qwen3-235B-A22B A100/H100 TP8, Qwen3-32B bf16 A100/H100
-and fp8 H100 TP1, Qwen3-14B A100/H100, Qwen3-8B bf16/fp8 H100, and fp8 with EAGLE3); the other 26 are skipped
+and fp8 H100 TP1, Qwen3-14B A100/H100, Qwen3-8B bf16/fp8 H100, and fp8 with EAGLE3); the other 19 are skipped
 with their reason. No
 accuracy threshold is asserted: the errors are reported in docs/accuracy.md §3.5. What is asserted: the file is
 the build script's output, every row completes, the errors are finite and within a loose sanity bound
@@ -53,8 +54,8 @@ def test_shape_constants_come_from_the_sharegpt_stream(repo_dir, shared_dir, val
     assert ins == SHAREGPT_SHAPE_INPUT and outs == SHAREGPT_SHAPE_OUTPUT
 
 
-def test_twenty_five_rows_simulate_and_the_rest_are_skipped_with_reasons(result) -> None:
-    assert len(result["rows"]) == 25 and len(result["skipped"]) == 26
+def test_thirty_two_rows_simulate_and_the_rest_are_skipped_with_reasons(result) -> None:
+    assert len(result["rows"]) == 32 and len(result["skipped"]) == 19
     kinds = Counter(s["reason"].split(" (")[0].split("'")[0] for s in result["skipped"])
     # GLM-4.6 and GLM-4.5-Air-FP8 are not in the catalogue; GLM-4.5-Air in bf16 (213 GB of weights) cannot fit
     # two 80 GB H100s, so its TP2 runs are refused with the memory error
@@ -62,7 +63,17 @@ def test_twenty_five_rows_simulate_and_the_rest_are_skipped_with_reasons(result)
     assert all("GLM-4.6" in s["reason"] or "GLM-4.5-Air-FP8" in s["reason"]
                for s in result["skipped"] if s["reason"].startswith("--model:"))
     assert kinds["mem_fraction_static: no memory left for the KV cache"] == 2
-    assert kinds["expert parallelism"] == 0 and kinds["DP attention"] == 7
+    assert kinds["expert parallelism"] == 0 and kinds["DP attention"] == 0
+    # DP attention is simulated: 5 runs at --dp-size 8; the 2 runs with --enable-dp-attention but no --dp-size are
+    # plain TP8, as SGLang serves them (ServerArgs._handle_data_parallelism turns DP attention off at dp_size 1)
+    dp = {r["id"] for r in result["rows"] if "--dp-size 8" in (r["deployment"] or "") or r["id"] in (
+        "deepseek-v3-2-h200_enable-tool-call-configuration", "deepseek-v3-2-h200_context-length-adjustment",
+        "deepseek-v3-2-h200_kv-cache-dtype")}
+    assert len(dp) == 5
+    rows = {r.row.id: r.row for r in result["_results"]}
+    assert all(rows[i].dp_attention == 8 for i in dp)
+    assert rows["deepseek-r1-h200_2-parallelism-in-sglang"].dp_attention == 1
+    assert rows["deepseek-v3-2-h200_parallelism-tp-dp-attention"].dp_attention == 1
     # speculative decoding is simulated (simcore/speculative.py): of the 4 runs with it, EAGLE3 on Qwen3-8B and
     # MTP on DeepSeek-V3.2 run; the other two are skipped for torch.compile
     assert kinds["speculative decoding is not modelled"] == 0 and kinds["torch.compile is not modelled"] == 3
@@ -81,7 +92,7 @@ UNBOUNDED_MODELS = ("openai/gpt-oss-20b", "openai/gpt-oss-120b", "deepseek-ai/De
 
 def test_errors_are_finite_and_within_a_sanity_bound(result) -> None:
     for m in ("ttft", "tpot", "throughput"):
-        assert result["summary"][m]["n"] == 25
+        assert result["summary"][m]["n"] == 32
         assert math.isfinite(result["summary"][m]["mape"])
     for r in result["rows"]:
         if r["model"] in UNBOUNDED_MODELS:

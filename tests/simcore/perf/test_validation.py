@@ -70,11 +70,11 @@ def test_unsimulatable_rows_are_skipped_with_a_reason(tmp_path) -> None:
 
     out = validate(rows, simulate_fn=fake)
     reasons = {s["id"]: s["reason"] for s in out["skipped"]}
-    assert set(reasons) == {"unknown", "dp", "gpu"}  # expert parallelism is simulated (simcore/perf/moe_parallel)
-    assert "DP attention" in reasons["dp"]
+    # expert parallelism (simcore/perf/moe_parallel) and DP attention (simcore/dp_attention) are simulated
+    assert set(reasons) == {"unknown", "gpu"}
     assert "--gpu" in reasons["gpu"]
-    assert calls == ["unknown", "ep", "gpu", "ok"]  # the DP check happens before simulating
-    assert [r["id"] for r in out["rows"]] == ["ep", "ok"] and out["summary"]["ttft"]["mape"] == 50.0
+    assert calls == ["unknown", "ep", "dp", "gpu", "ok"]
+    assert [r["id"] for r in out["rows"]] == ["ep", "dp", "ok"] and out["summary"]["ttft"]["mape"] == 50.0
 
 
 def test_real_simulation_of_a_small_closed_loop_row(tmp_path) -> None:

@@ -1,0 +1,512 @@
+"""DP attention inside one SGLang server (``--enable-dp-attention --dp-size D``): D attention-DP ranks, one step.
+
+With DP attention SGLang runs D schedulers in one server, one per attention-DP rank (sglang 0.5.9
+``managers/data_parallel_controller.py``: ``launch_dp_attention_schedulers``; ``compute_dp_attention_world_info``
+gives each TP rank its ``dp_rank``). Each is a full ``Scheduler`` with its own waiting queue, radix cache and KV
+pool; attention runs data-parallel (each rank attends over its own requests with an attention TP group of
+``tp / D`` GPUs), the MLP/MoE layers run over the whole TP group on the tokens of every rank. What this module
+models:
+
+- **Dispatch** (`DataParallelDispatcher`): the ``DataParallelController`` sends each request to one rank by
+  ``--load-balance-method``: ``round_robin`` (the default: 0.5.9's ``auto`` resolves to it outside PD prefill,
+  ``server_args.py::_handle_load_balance_method``; 0.5.3/0.5.6 default to it), ``total_requests`` (the rank with
+  the fewest requests in its last reported load, then +1 as a heuristic: ``DPBudget.dispatch``),
+  ``total_tokens`` (fewest tokens, ties by requests). Loads are reported with every output batch a rank streams
+  (``scheduler_output_processor_mixin.py`` puts ``get_load()`` in each ``BatchStrOutput``, the tokenizer manager
+  forwards it as ``WatchLoadUpdateReq``): running + waiting requests, used KV tokens + waiting tokens.
+- **Per-rank schedulers** (`rank_settings`): each rank is a `simcore.server.Server` with the per-rank pool
+  (`simcore.memory.size_kv_pool` sizes it for an attention TP group of tp/D), ``chunked_prefill_size // D`` and
+  ``schedule_conservativeness × 0.3`` (``server_args.py::_handle_data_parallelism``), the CUDA-graph sizes that are
+  multiples of the attention TP size (``cuda_graph_runner.py::get_batch_sizes_to_capture``).
+- **Lockstep** (`DpAttentionServer`): every scheduling pass all-gathers each rank's token count
+  (``scheduler_dp_attn_mixin.py::prepare_mlp_sync_batch_raw``); if any rank has work, the ranks without a batch
+  run an idle batch (``get_idle_batch``) so every MLP/MoE collective has all ranks. So the ranks launch one
+  forward together, and it ends for all at once.
+- **Step price** (`DpAttentionLatency`): attention is priced per rank on its own batch at the attention TP size
+  (the slowest rank sets the time), the MLP/MoE on the tokens gathered from every rank at the full TP size, plus
+  the DP gather/scatter: in ``MAX_LEN`` padding (CUDA-graph decode, or decode whose sum is over half of max × D)
+  an all-gather and a reduce-scatter of max × D tokens per layer (one all-reduce of that buffer), in ``SUM_LEN``
+  (any extend in the batch) an all-reduce to gather and one after the MLP of the summed tokens
+  (``layers/dp_attention.py::DpPaddingMode``, ``layers/communicator.py``). A decode step runs as a CUDA graph only
+  when every rank is decode or idle (``MLPSyncBatchInfo.all_gather``: ``can_cuda_graph`` is the min over ranks),
+  padded to the captured size of the largest rank's batch (``cuda_graph_runner.py::can_run`` / ``replay_prepare``
+  with ``require_mlp_tp_gather``).
+"""
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections import deque
+from typing import Any, Callable, Protocol, Sequence
+
+import simpy
+
+from simcore.errors import UserError
+from simcore.perf.base import BatchShape, StepTime
+from simcore.request import RequestSpec
+from simcore.results import RequestRecord, StepRecord
+from simcore.rng import LazyGenerator
+from simcore.server import LATE, Server
+from simcore.server_state import Req
+from simcore.settings import ServerSettings, resolve
+
+LOAD_BALANCE_METHODS = ("round_robin", "total_requests", "total_tokens")
+# server_args.py::_handle_data_parallelism: "self.schedule_conservativeness = self.schedule_conservativeness * 0.3"
+DP_ATTENTION_CONSERVATIVENESS = 0.3
+
+
+def num_ranks(settings: ServerSettings) -> int:
+    """Attention-DP ranks (schedulers) of a server: ``dp_size`` with DP attention, else 1."""
+    return settings.dp_size if settings.enable_dp_attention else 1
+
+
+def attn_tp_size(settings: ServerSettings) -> int:
+    """The attention TP group of each rank: ``tp / dp`` with DP attention (``compute_dp_attention_world_info``)."""
+    return settings.tp_size // num_ranks(settings)
+
+
+def rank_settings(settings: ServerSettings) -> ServerSettings:
+    """The scheduler settings of one attention-DP rank (``server_args.py::_handle_data_parallelism``, after the
+    GPU memory settings were derived from the undivided values): chunked prefill ``// dp``, conservativeness
+    ``× 0.3``, CUDA graphs at the captured sizes that are multiples of the attention TP size. The rank itself is a
+    plain scheduler (``dp_size`` 1); its request slots come from the pool sizing (`simcore.memory`)."""
+    dp = num_ranks(settings)
+    if dp == 1:
+        return settings
+    s = resolve(settings, None) if settings.chunked_prefill_size is None else settings
+    upd: dict[str, Any] = {"enable_dp_attention": False, "dp_size": 1, "max_running_requests": None,
+                           "schedule_conservativeness": s.schedule_conservativeness * DP_ATTENTION_CONSERVATIVENESS}
+    if s.chunking_enabled:
+        upd["chunked_prefill_size"] = max(s.page_size, s.chunked_prefill_size // dp)  # type: ignore[operator]
+    atp = s.tp_size // dp
+    if s.cuda_graph_bs and atp > 1:
+        kept = tuple(b for b in s.cuda_graph_bs if b % atp == 0)
+        upd["cuda_graph_bs"] = kept or (max(s.cuda_graph_bs) // atp * atp or atp,)
+    return s.model_copy(update=upd)
+
+
+class DataParallelDispatcher:
+    """``DataParallelController``'s choice of rank per request (module docstring). ``update_load`` is a rank's
+    reported load; ``dispatch()`` picks the rank for the next request."""
+
+    def __init__(self, method: str, dp_size: int) -> None:
+        if method not in LOAD_BALANCE_METHODS:
+            raise UserError("--load-balance-method", f"unknown method {method!r}",
+                            f"use one of {', '.join(LOAD_BALANCE_METHODS)}")
+        self.method = method
+        self.dp_size = dp_size
+        self.round_robin_counter = 0
+        self.total_requests = [0] * dp_size
+        self.total_tokens = [0] * dp_size
+
+    def update_load(self, rank: int, num_reqs: int, num_tokens: int) -> None:
+        """``DPBudget.update_budget``: the rank's running + waiting requests and tokens."""
+        self.total_requests[rank] = num_reqs
+        self.total_tokens[rank] = num_tokens
+
+    def dispatch(self) -> int:
+        if self.method == "round_robin":
+            r = self.round_robin_counter
+            self.round_robin_counter = (r + 1) % self.dp_size
+            return r
+        if self.method == "total_requests":
+            r = self.total_requests.index(min(self.total_requests))
+        else:
+            r = min(range(self.dp_size), key=lambda i: (self.total_tokens[i], self.total_requests[i]))
+        self.total_requests[r] += 1  # "Increment the load of that worker by one as a heuristic"
+        return r
+
+
+class RankStepModel(Protocol):
+    """Prices one lockstep forward from every rank's batch (None: the rank runs an idle batch)."""
+
+    name: str
+    profile_hash: str
+
+    def step_time_ranks(self, shapes: Sequence[BatchShape | None]) -> StepTime: ...
+
+
+def _ceil_align(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+class DpAttentionLatency:
+    """The step price of a DP-attention server (module docstring): ``attention`` is a
+    `simcore.perf.step.StepLatencyModel` at the attention TP size, ``mlp`` one at the whole TP size (with the
+    layout's EP / DeepEP costs); ``graph_bs`` the captured decode sizes (empty: no CUDA graphs)."""
+
+    pure_step_time = True
+
+    def __init__(self, attention: Any, mlp: Any, dp_size: int, graph_bs: Sequence[int]) -> None:
+        self.attention = attention
+        self.mlp = mlp
+        self.dp = dp_size
+        self.attn_tp = attention.tp
+        self.tp = mlp.tp
+        self.graph_bs = tuple(graph_bs)
+        self.profile = mlp.profile
+        self.frontend_s = mlp.frontend_s
+        self.name = f"{mlp.name}:dp{dp_size}"
+        self.profile_hash = mlp.profile_hash
+        costs = mlp.costs
+        base = getattr(costs, "base", None)
+        # the DP gather/scatter runs over the whole TP group (moe_parallel's allreduce_s narrows an all-reduce to
+        # the attention group under DP attention, which is the attention-side one)
+        if base is not None and hasattr(costs, "multinode_allreduce_s"):
+            per_node = costs.gpu.gpus_per_node
+            self._tp_allreduce = (lambda b, g: base.allreduce_s(b, self.tp, g)) if self.tp <= per_node else \
+                (lambda b, g: costs.multinode_allreduce_s(b, self.tp, g))
+        else:
+            self._tp_allreduce = lambda b, g: costs.allreduce_s(b, self.tp, g)
+        self._k_comm = self.profile.op_scale.get("communication", 1.0)
+        self._memo: dict[tuple[BatchShape | None, ...], StepTime] = {}
+
+    def _pad(self, bs: int) -> int | None:
+        g = self.graph_bs
+        if not g or bs > g[-1]:
+            return None
+        return g[bisect.bisect_left(g, bs)]
+
+    def step_time_ranks(self, shapes: Sequence[BatchShape | None]) -> StepTime:
+        key = tuple(shapes)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        out = self._compute(shapes)
+        if len(self._memo) > 200_000:
+            self._memo.clear()
+        self._memo[key] = out
+        return out
+
+    def _compute(self, shapes: Sequence[BatchShape | None]) -> StepTime:
+        prof = self.profile
+        real = [s for s in shapes if s is not None and s.mode != "idle"]
+        cpus = [prof.cpu_base_s + prof.cpu_per_req_s * (len(s.extend_lens) + s.num_decode)
+                + prof.cpu_per_token_s * s.num_extend_tokens for s in real]
+        cpu = max(cpus) if cpus else prof.cpu_base_s
+        if not real:
+            return StepTime(0.0, cpu)
+        extend_in_batch = any(s.extend_lens for s in real)
+        graph_bs = None if extend_in_batch else self._pad(max(s.num_decode for s in real))
+        graph = graph_bs is not None
+        atp = self.attn_tp
+        tokens = []  # per rank, aligned to the attention TP size (ForwardBatch.prepare_mlp_sync_batch)
+        attn = 0.0
+        for s in shapes:
+            if s is None or s.mode == "idle":
+                # an idle rank: nothing to attend; under a CUDA graph it replays the padded graph on dummy rows
+                n = graph_bs or 0
+                tokens.append(_ceil_align(n, atp))
+                continue
+            bs = graph_bs if graph else s.num_decode
+            tokens.append(_ceil_align(s.num_extend_tokens + bs, atp))
+            a = self.attention.attention_side_s(s, bs, graph)
+            if a > attn:
+                attn = a
+        mx, total = max(tokens), sum(tokens)
+        max_len = graph or (not extend_in_batch and total * 2 > mx * self.dp)  # DpPaddingMode
+        gathered = mx * self.dp if max_len else total
+        logits = sum(len(s.extend_lens) + (graph_bs if graph else s.num_decode) for s in real)
+        mlp = self.mlp
+        L = mlp.shapes.num_layers
+        hidden_bytes = gathered * mlp.shapes.hidden * 2.0
+        comm = L * (1 if max_len else 2) * self._tp_allreduce(hidden_bytes, graph)
+        if self.tp > 1 and logits:  # the vocab-parallel logits gathered over the TP group
+            comm += self._tp_allreduce(logits * mlp.model.vocab_size * 2.0 / self.tp, graph)
+        gpu = attn + mlp.mlp_side_s(gathered, logits) + self._k_comm * comm
+        if not graph:
+            gpu = max(gpu, mlp.eager_floor_s)
+        n_req = max(len(s.extend_lens) + s.num_decode for s in real)
+        gpu += prof.step_overhead_s + prof.gpu_per_req_s * n_req
+        return StepTime(gpu, cpu)
+
+
+class PerRankLatency:
+    """A plain `LatencyModel` for one rank, as a `RankStepModel` for a one-rank `DpAttentionServer`: the step is
+    that rank's own (tests: a one-rank lockstep server must be the plain server)."""
+
+    pure_step_time = True
+
+    def __init__(self, latency: Any) -> None:
+        self.latency = latency
+        self.name = latency.name
+        self.profile_hash = latency.profile_hash
+        self.frontend_s = float(getattr(latency, "frontend_s", 0.0))
+
+    def step_time_ranks(self, shapes: Sequence[BatchShape | None]) -> StepTime:
+        (s,) = shapes
+        return self.latency.step_time(s if s is not None else BatchShape())
+
+
+class DpAttentionServer:
+    """One SGLang server with D attention-DP ranks stepping in lockstep (module docstring).
+
+    The same surface as `simcore.server.Server` for workloads and `simcore.engine.simulate`: ``submit(spec,
+    at_s=None) -> simpy.Event``, ``records`` (every rank's, in finish order), ``steps``, ``kv_peak_usage``,
+    ``num_retractions``, ``itl_vals``/``itl_w``, ``reqs``, ``idle``, ``pending``. ``kv_capacity_tokens`` and
+    ``max_running_requests`` are per rank (what `simcore.memory.size_kv_pool` returns for a DP-attention server).
+    ``ranks[i]`` is rank i's `Server` (no SimPy process of its own: this server's loop drives them);
+    ``dispatched[rid]`` the rank a request went to.
+    """
+
+    def __init__(self, env: simpy.Environment, settings: ServerSettings, kv_capacity_tokens: int,
+                 latency: RankStepModel, *, key_unit: int = 1, rng: Any = None,
+                 observer: Callable[[StepRecord], None] | None = None,
+                 on_finish: Callable[[RequestRecord], None] | None = None,
+                 max_running_requests: int | None = None, context_len: int | None = None,
+                 tokenize_s: float = 0.0, detokenize_s: float = 0.0, fast: bool = True,
+                 signal_finishes: bool = True, speculative: Any = None, **_ignored: Any) -> None:
+        if speculative is not None or settings.speculative_algorithm is not None:
+            raise UserError("--speculative-algorithm", "speculative decoding with DP attention is not modelled",
+                            "drop --speculative-algorithm or --enable-dp-attention")
+        if not hasattr(latency, "step_time_ranks"):
+            raise ValueError("a DP-attention server prices its steps with a RankStepModel (step_time_ranks), e.g. "
+                             "simcore.dp_attention.DpAttentionLatency")
+        settings = resolve(settings, None) if settings.chunked_prefill_size is None else settings
+        self.env = env
+        self.settings = settings
+        self.latency = latency
+        self.observer = observer
+        self.fast = fast
+        self.signal_finishes = signal_finishes
+        self.tokenize_s = tokenize_s
+        self.tok_req_s = settings.tokenizer_s_per_request
+        self.tok_tok_s = settings.tokenizer_s_per_token
+        self.tok_free = env.now
+        dp = num_ranks(settings)
+        self.dispatcher = DataParallelDispatcher(settings.load_balance_method, dp)
+        per_rank = rank_settings(settings).model_copy(update={"tokenizer_s_per_request": 0.0,
+                                                              "tokenizer_s_per_token": 0.0})
+        rng = rng if rng is not None else LazyGenerator(0)
+        self.records: list[RequestRecord] = []
+        self.itl_vals: list[float] = []
+        self.itl_w: list[int] = []
+        self.ranks: list[Server] = []
+        for _ in range(dp):
+            rk = Server(env, per_rank, kv_capacity_tokens, _NoPricing(), key_unit=key_unit, rng=rng,
+                        on_finish=on_finish, max_running_requests=max_running_requests, context_len=context_len,
+                        detokenize_s=detokenize_s, fast=fast, signal_finishes=signal_finishes, _start=False)
+            rk.decode_runs = False  # a run prices one rank's steps alone; lockstep prices all ranks together
+            rk.records, rk.itl_vals, rk.itl_w = self.records, self.itl_vals, self.itl_w
+            self.ranks.append(rk)
+        self.overlap = not settings.disable_overlap_schedule
+        self.pending: list[tuple[float, int, RequestSpec, simpy.Event]] = []  # not yet at the controller
+        self.ahead: deque[float] = deque()
+        self.dispatched: dict[str, int] = {}
+        self.seq = 0
+        self.steps = 0
+        self.t = env.now
+        self.gpu_free = env.now
+        self.inflight_end: float | None = None  # overlap: GPU end of the forward in flight
+        self.idle = False
+        self._wake: simpy.Event | None = None
+        self.proc = env.process(self._run())
+
+    # ---- the Server surface ---------------------------------------------------------------------------------
+    @property
+    def reqs(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for rk in self.ranks:
+            out.update(rk.reqs)
+        for _, _, spec, _ in self.pending:
+            out[spec.rid] = spec
+        return out
+
+    @property
+    def kv_peak_usage(self) -> float:
+        return max(rk.kv_peak_usage for rk in self.ranks)
+
+    @property
+    def num_retractions(self) -> int:
+        return sum(rk.num_retractions for rk in self.ranks)
+
+    @property
+    def num_running(self) -> int:
+        return sum(rk.num_running for rk in self.ranks)
+
+    @property
+    def num_waiting(self) -> int:
+        return sum(rk.num_waiting for rk in self.ranks)
+
+    def submit(self, spec: RequestSpec, at_s: float | None = None) -> simpy.Event:
+        """As `Server.submit`: the request reaches the data-parallel controller at ``arrival_s + tokenize_s``
+        (after the serial tokenizer stage), which hands it to a rank at the first pass at or after that time."""
+        if spec.rid in self.dispatched or any(spec.rid == p[2].rid for p in self.pending):
+            raise ValueError(f"duplicate request id {spec.rid!r}")
+        ev = self.env.event()
+        ready = spec.arrival_s
+        if self.tok_req_s > 0 or self.tok_tok_s > 0:
+            start = ready if ready > self.tok_free else self.tok_free
+            ready = self.tok_free = start + self.tok_req_s + self.tok_tok_s * spec.input_len
+        now = self.env.now
+        if at_s is not None and at_s > now:
+            if self.ahead and at_s < self.ahead[-1]:
+                raise ValueError("requests submitted ahead of time must come in submission-time order")
+            self.ahead.append(at_s)
+            now = at_s
+        self.seq += 1
+        heapq.heappush(self.pending, (max(ready + self.tokenize_s, now), self.seq, spec, ev))
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+        return ev
+
+    # ---- the loop -------------------------------------------------------------------------------------------
+    def _late(self, delay: float) -> simpy.Event:
+        ev = simpy.Event(self.env)
+        ev._ok = True
+        ev._value = None
+        self.env.schedule(ev, LATE, max(0.0, delay))
+        return ev
+
+    def _dispatch(self, t: float) -> None:
+        """The controller: every request that reached it by ``t``, in arrival order, to the rank it picks."""
+        pend = self.pending
+        while pend and pend[0][0] <= t:
+            at, _, spec, ev = heapq.heappop(pend)
+            i = self.dispatcher.dispatch()
+            rk = self.ranks[i]
+            self.dispatched[spec.rid] = i
+            req = Req.from_spec(spec, rk.max_req_len, rk.launch_counter)
+            if spec.input_len >= rk.max_req_len - 5:  # Server.submit: SGLang's max_req_input_len
+                req.abort_for_length(rk.max_req_len - 5)
+            rk.reqs[spec.rid] = req
+            rk.events[spec.rid] = ev
+            rk._push_pending(req, at)
+
+    def _report_load(self, i: int) -> None:
+        """A rank streamed outputs: its ``get_load()`` reaches the controller's budget."""
+        rk = self.ranks[i]
+        waiting = sum(r.input_len + r.out_len_base for r in rk.waiting)
+        self.dispatcher.update_load(i, rk.num_running + len(rk.waiting), rk.kv.used + waiting)
+
+    def _run(self):  # noqa: C901 - Server._run's loop for D ranks at once
+        env = self.env
+        ranks = self.ranks
+        balance = self.dispatcher.method != "round_robin"
+        yield self._late(self.t - env.now)
+        while True:
+            t = self.t
+            for i, rk in enumerate(ranks):
+                due = rk.due
+                if due is not None:
+                    rk._apply(due, t)
+                    rk.due = None
+                    if balance and (due.n_emit or due.prefill_done):
+                        self._report_load(i)
+            self._dispatch(t)
+            for rk in ranks:
+                pend = rk.pending
+                poll = rk.recv_interval == 1 or rk._recv_due()
+                while poll and pend and pend[0][0] <= t:
+                    req = heapq.heappop(pend)[2]
+                    req.wait_entry_s = req.ingest_s
+                    rk.waiting.append(req)
+            batches = [rk._schedule(t) for rk in ranks]
+            if any(b is not None for b in batches):
+                st = self.latency.step_time_ranks([b.shape if b is not None else None for b in batches])
+                gpu, cpu = st.gpu_s, st.cpu_s
+                self.steps += 1
+                if self.overlap:
+                    launch = max(t + cpu, self.gpu_free)
+                    end = self.gpu_free = launch + gpu
+                    prev_end = self.inflight_end
+                    for rk, b in zip(ranks, batches):
+                        rk.last_kind = b.kind if b is not None else None
+                        prev = rk.inflight
+                        rk.inflight = b
+                        if b is not None:
+                            b.gpu_end = end
+                        if prev is not None:
+                            prev.emit_s = prev.gpu_end + cpu  # results reach the client after this CPU pass
+                        rk.due = prev
+                        rk.gpu_free = end
+                    self.inflight_end = end
+                    nxt = max(t + cpu, prev_end) if prev_end is not None else t + cpu
+                else:
+                    launch = t + cpu
+                    end = self.gpu_free = launch + gpu
+                    for rk, b in zip(ranks, batches):
+                        rk.last_kind = b.kind if b is not None else None
+                        if b is not None:
+                            b.gpu_end = b.emit_s = end
+                        rk.due = b
+                        rk.gpu_free = end
+                    nxt = end
+                for rk in ranks:
+                    used = rk.kv.used
+                    if used > rk.kv_peak_used:
+                        rk.kv_peak_used = used
+                if self.observer is not None:
+                    for rk, b in zip(ranks, batches):
+                        if b is not None:
+                            self.observer(StepRecord(launch, end, b.shape, rk.num_running, len(rk.waiting),
+                                                     rk.kv.used, rk.kv.capacity, rk.ratio.current, b.retracted))
+                self.t = nxt
+            elif self.inflight_end is not None:  # overlap: nothing new anywhere; process the last results
+                for rk in ranks:
+                    rk.last_kind = None
+                    if rk.inflight is not None:
+                        rk.due = rk.inflight
+                        rk.inflight = None
+                        rk.due.emit_s = max(t, rk.due.gpu_end)
+                self.t = max(t, self.inflight_end)
+                self.inflight_end = None
+            else:
+                for rk in ranks:
+                    rk.ratio.reset()  # Scheduler.on_idle()
+                    rk.last_kind = None
+                    rk.recv_counter = rk.recv_interval
+                pend = self.pending
+                ahead = self.ahead
+                while ahead and ahead[0] <= t:
+                    ahead.popleft()
+                submitted = len(pend) > len(ahead)
+                waiting = next((rk for rk in ranks if rk.waiting), None)
+                rank_pending = any(rk.pending for rk in ranks)
+                if not pend and waiting is None and not rank_pending:
+                    self.idle = True
+                    self._wake = env.event()
+                    yield self._wake
+                    self._wake = None
+                    self.idle = False
+                    submitted = True
+                if submitted or (pend and waiting is None):
+                    self.t = max(t, pend[0][0], env.now)
+                elif waiting is not None:
+                    # nothing runs anywhere, nothing in flight, yet requests wait: they can never fit
+                    waiting._abort(waiting.waiting.pop(0), t)
+                    continue
+                else:
+                    self.t = max(t, min(rk.pending[0][0] for rk in ranks if rk.pending))
+                    continue
+            signal = self.signal_finishes and any(rk.due is not None and rk.due.finishers for rk in ranks)
+            if not self.fast or self.t >= env.peek() or signal or self.t < env.now:
+                yield self._late(self.t - env.now)
+
+
+class _NoPricing:
+    """The latency slot of a rank `Server`: its steps are priced by the `DpAttentionServer` (never called)."""
+
+    name = "dp-rank"
+    profile_hash = "none"
+    pure_step_time = False
+
+    def step_time(self, shape: BatchShape) -> StepTime:
+        raise RuntimeError("a DP-attention rank's steps are priced by its DpAttentionServer")
+
+
+def build_dp_attention_latency(model: Any, gpu: Any, settings: ServerSettings, precision: str, *,
+                               backend: str = "auto", profile: Any = None) -> DpAttentionLatency:
+    """`DpAttentionLatency` for ``model`` on ``gpu`` with ``settings`` (DP attention on): the attention half at
+    ``tp / dp`` (plain TP inside the attention group), the MLP half at ``tp`` with the server's EP / DeepEP layout."""
+    from simcore.perf import ParallelLayout, build_latency_model
+
+    s = resolve(settings, gpu.memory_bytes)
+    atp = attn_tp_size(s)
+    attention = build_latency_model(model, gpu, atp, precision, backend=backend, profile=profile,
+                                    kv_cache_dtype=s.kv_cache_dtype,
+                                    parallel=ParallelLayout(tp_size=atp, gpus_per_node=gpu.gpus_per_node))
+    mlp = build_latency_model(model, gpu, s.tp_size, precision, backend=backend, profile=profile,
+                              kv_cache_dtype=s.kv_cache_dtype, parallel=ParallelLayout.from_settings(s, gpu))
+    graphs = () if s.disable_cuda_graph else rank_settings(s).cuda_graph_bs or ()
+    return DpAttentionLatency(attention, mlp, num_ranks(s), graphs)
