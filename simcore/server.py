@@ -465,6 +465,7 @@ class Server(ResultProcessor, DecodeRuns):
         self.bid += 1
         b = Batch(self.bid, "prefill")
         b.prefill_done = []
+        page = self.page
         ext_lens: list[int] = []
         pre_lens: list[int] = []
         for r in adder.can_run:
@@ -482,8 +483,11 @@ class Server(ResultProcessor, DecodeRuns):
                 r.state = "prefill"
             start = r.extend_end
             end = start + n
-            need = self._ceil(end) - self._ceil(start)
-            if not kv.alloc(need):
+            need = n if page == 1 else -(-end // page) * page - -(-start // page) * page  # whole pages
+            if 0 < need <= kv.free:  # KVCache.alloc without eviction, inlined
+                kv.free -= need
+                kv.private += need
+            elif not kv.alloc(need):
                 if not continuation:
                     raise RuntimeError(f"KV pool exhausted admitting {r.rid}: admission budget and pool disagree")
                 # a chunked continuation outgrew the pool: SGLang's add_chunked_req allowed it, its allocation fails
