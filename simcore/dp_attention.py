@@ -69,12 +69,15 @@ def rank_settings(settings: ServerSettings) -> ServerSettings:
     """The scheduler settings of one attention-DP rank (``server_args.py::_handle_data_parallelism``, after the
     GPU memory settings were derived from the undivided values): chunked prefill ``// dp``, conservativeness
     ``× 0.3``, CUDA graphs at the captured sizes that are multiples of the attention TP size. The rank itself is a
-    plain scheduler (``dp_size`` 1); its request slots come from the pool sizing (`simcore.memory`)."""
+    plain scheduler (``dp_size`` 1) with ``--max-running-requests // dp`` request slots when given
+    (``model_runner.py``: ``server_args.max_running_requests // self.dp_size``), else the pool's own bound."""
     dp = num_ranks(settings)
     if dp == 1:
         return settings
     s = resolve(settings, None) if settings.chunked_prefill_size is None else settings
-    upd: dict[str, Any] = {"enable_dp_attention": False, "dp_size": 1, "max_running_requests": None,
+    given = s.max_running_requests
+    upd: dict[str, Any] = {"enable_dp_attention": False, "dp_size": 1,
+                           "max_running_requests": None if given is None else max(1, given // dp),
                            "schedule_conservativeness": s.schedule_conservativeness * DP_ATTENTION_CONSERVATIVENESS}
     if s.chunking_enabled:
         upd["chunked_prefill_size"] = max(s.page_size, s.chunked_prefill_size // dp)  # type: ignore[operator]
@@ -216,6 +219,8 @@ class DpAttentionLatency:
         gpu = attn + mlp.mlp_side_s(gathered, logits) + self._k_comm * comm
         if not graph:
             gpu = max(gpu, mlp.eager_floor_s)
+        if extend_in_batch:  # as simcore/perf/step.py: the per-version cost of an extend forward, per layer
+            gpu += L * prof.extend_s_per_layer
         n_req = max(len(s.extend_lens) + s.num_decode for s in real)
         gpu += prof.step_overhead_s + prof.gpu_per_req_s * n_req
         return StepTime(gpu, cpu)
@@ -236,6 +241,22 @@ class PerRankLatency:
     def step_time_ranks(self, shapes: Sequence[BatchShape | None]) -> StepTime:
         (s,) = shapes
         return self.latency.step_time(s if s is not None else BatchShape())
+
+
+class BalancedRanks:
+    """A `LatencyModel` for one rank seen alone (the live shadow keeps one twin per DP rank and a twin cannot see
+    the other ranks' batches): every forward priced as if each of the D ranks ran a batch like this one."""
+
+    pure_step_time = True
+
+    def __init__(self, latency: DpAttentionLatency) -> None:
+        self.latency = latency
+        self.name = latency.name
+        self.profile_hash = latency.profile_hash
+        self.frontend_s = latency.frontend_s
+
+    def step_time(self, shape: BatchShape) -> StepTime:
+        return self.latency.step_time_ranks((shape,) * self.latency.dp)
 
 
 class DpAttentionServer:
@@ -373,11 +394,13 @@ class DpAttentionServer:
             rk.events[spec.rid] = ev
             rk._push_pending(req, at)
 
-    def _report_load(self, i: int) -> None:
-        """A rank streamed outputs: its ``get_load()`` reaches the controller's budget."""
+    def _report_load(self, i: int, finished: int) -> None:
+        """A rank streamed outputs: its ``get_load()`` (``scheduler_metrics_mixin.py``) reaches the controller's
+        budget: ``len(running_batch.reqs)`` + waiting requests, where the requests this batch finished still count
+        (the batch is filtered at the next pass), and used KV tokens (theirs released) + the waiting prompts."""
         rk = self.ranks[i]
         waiting = sum(r.input_len + r.out_len_base for r in rk.waiting)
-        self.dispatcher.update_load(i, rk.num_running + len(rk.waiting), rk.kv.used + waiting)
+        self.dispatcher.update_load(i, rk.num_running + finished + len(rk.waiting), rk.kv.used + waiting)
 
     def _run(self):  # noqa: C901 - Server._run's loop for D ranks at once
         env = self.env
@@ -392,7 +415,7 @@ class DpAttentionServer:
                     rk._apply(due, t)
                     rk.due = None
                     if balance and (due.n_emit or due.prefill_done):
-                        self._report_load(i)
+                        self._report_load(i, len(due.finishers))
             self._dispatch(t)
             for rk in ranks:
                 pend = rk.pending

@@ -114,17 +114,17 @@ def add_point_arguments(p: argparse.ArgumentParser, lists: frozenset[str] = froz
 
 def settings_from_args(args: argparse.Namespace, gpu_mem: int) -> Any:
     """ServerSettings from the flags, resolved for a GPU of ``gpu_mem`` bytes; bad values → UserError."""
-    from pydantic import ValidationError
-
+    from simcore.frozen_model import FieldError
     from simcore.settings import ServerSettings, resolve
 
     try:
         # --max-total-tokens sizes the pool in simulate_point, not through the settings
         s = ServerSettings(tp_size=args.tp, **settings_fields(args, skip=("max_total_tokens",)))
-    except ValidationError as exc:
+    except FieldError as exc:
         err = exc.errors()[0]
         field = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "settings"
-        raise UserError(field, err["msg"], "see shadowsim predict --help") from None
+        msg = err["msg"] if exc.input is None else f"{err['msg']}, got {exc.input!r}"
+        raise UserError(field, msg, exc.hint or "see shadowsim predict --help") from None
     return resolve(s, gpu_mem)
 
 
