@@ -23,7 +23,9 @@ sparser (ours ``time_scale=4``, Dynamo ``arrival_speedup_ratio=0.25``) and the f
 Prints medians and the CPU-time ratio shadowsim / Dynamo per case, then one JSON line.
 
 Run: ``python -m benchmarks dynamo`` (``make bench`` runs it with the others); ``python benchmarks/bench_dynamo.py
-[ROUNDS]``. Without network or when the install fails it says so and reports shadowsim alone.
+[ROUNDS] [CASE ...]`` (cases ``whole_trace``, ``sparse_4x``, ``first_100``; all by default), e.g.
+``python benchmarks/bench_dynamo.py 10 first_100`` for the start-up figure alone. Without network or when the
+install fails it says so and reports shadowsim alone.
 """
 from __future__ import annotations
 
@@ -139,7 +141,11 @@ def kv_pool_tokens() -> int:
                         resolve(ServerSettings(), gpu.memory_bytes)).max_total_num_tokens
 
 
-def main(rounds: int = 3) -> dict[str, float]:
+CASES = ("whole_trace", "sparse_4x", "first_100")
+
+
+def main(rounds: int = 3, only: tuple[str, ...] = ()) -> dict[str, float]:
+    """Run the cases (``only``: some of CASES), ``rounds`` alternating rounds each (first_100: at least 5)."""
     import statistics
     import tempfile
 
@@ -158,6 +164,7 @@ def main(rounds: int = 3) -> dict[str, float]:
             head.write_text("".join(next(f) for _ in range(100)))
         cases = [("whole_trace", str(TRACE), 1.0, rounds), ("sparse_4x", str(TRACE), 4.0, rounds),
                  ("first_100", str(head), 1.0, max(5, rounds))]
+        cases = [c for c in cases if not only or c[0] in only]
         ours_cmd = lambda trace, scale: [sys.executable, str(Path(__file__).resolve()), "--child",  # noqa: E731
                                          trace, str(scale)]
         theirs_cmd = lambda trace, scale: [str(py), "-c", _DYNAMO_CHILD, trace, str(pool // BLOCK),  # noqa: E731
@@ -202,4 +209,8 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         print(json.dumps(_shadowsim_child(sys.argv[2], float(sys.argv[3]))))
     else:
-        main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+        args = sys.argv[1:]
+        unknown = [a for a in args if not a.isdigit() and a not in CASES]
+        if unknown:
+            sys.exit(f"bench_dynamo: unknown argument(s) {' '.join(unknown)}: give [ROUNDS] [{' '.join(CASES)}]")
+        main(next((int(a) for a in args if a.isdigit()), 3), tuple(a for a in args if a in CASES))

@@ -292,8 +292,8 @@ def tables_digest(gpu: str) -> str:
 #
 # One file per GPU, ``tables-<gpu>-<table digest>-<code digest>.pickle``: the magic, the header length (8 bytes,
 # little endian), the header (a pickle: format, GPU, table digest, and per table its offset, length and CRC-32),
-# then each table pickled on its own. A process unpickles the header and only the tables it asks for
-# (`_LazyTables`): a bf16 Llama run reads 3 of the 13. A file that is short, of another format or digest, or whose
+# then each table pickled on its own. A process unpickles the header, the all-reduce and MoE tables, and of the
+# per-dtype tables only those it asks for (`_LazyTables`): a bf16 Llama run reads 3 of the 11. A file that is short, of another format or digest, or whose
 # header does not unpickle is rebuilt; a table whose bytes fail their CRC or do not unpickle is taken from a
 # rebuild (and the file rewritten), so a damaged cache never changes a result, it only costs the build.
 _CACHE_FORMAT = 2

@@ -433,6 +433,9 @@ def _workload(row: Row, p: Protocol, seed: int) -> tuple[Any, int, str]:
     from simcore.workload import ClosedLoop, OpenLoop
 
     client = p.client or row.client_name()
+    if client != "bench_serving" and row.server_tokens_per_prompt_token not in (None, 1.0):
+        raise UserError("server_tokens_per_prompt_token", f"row {row.id}: only read with client bench_serving, "
+                        f"and this run's client is {client}", "drop --client or the column")
     if client == "bench_serving":
         rate = float("inf") if row.request_rate is None else float(row.request_rate)
         n = row.num_requests or OPEN_LOOP_REQUESTS

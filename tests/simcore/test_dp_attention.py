@@ -302,3 +302,44 @@ def test_predict_accepts_dp_attention_flags(capsys) -> None:  # type: ignore[no-
     assert srv["latency_model"].endswith(":dp4")
     assert dp["num_requests"] == plain["num_requests"] == 16
     assert dp["tpot_ms"]["mean"] != plain["tpot_ms"]["mean"]
+
+
+@pytest.mark.parametrize("overlap,method,mixed", [(True, "round_robin", False), (False, "total_tokens", True)])
+def test_lockstep_ranks_keep_their_invariants_under_retraction(overlap: bool, method: str, mixed: bool) -> None:
+    # small per-rank pools (1500 tokens) and long outputs force retractions on the ranks; every request finishes,
+    # every rank's incremental state recounts exactly (Server.check_invariants), a seed gives one run
+    from simcore.workload import Uniform
+
+    s = resolve(ServerSettings(tp_size=4, dp_size=4, enable_dp_attention=True, disable_overlap_schedule=not overlap,
+                               load_balance_method=method, chunked_prefill_size=256, enable_mixed_chunk=mixed,
+                               cuda_graph_bs=(1, 2, 4, 8)), None)
+
+    def run() -> DpAttentionServer:
+        env = simpy.Environment()
+        srv = DpAttentionServer(env, s, 1500, GatheredLinear())
+        OpenLoop(60.0, 150, Uniform(50, 600), Uniform(5, 300), 11).start(env, srv)
+        env.run()
+        return srv
+
+    srv = run()
+    for rk in srv.ranks:
+        rk.check_invariants()
+        assert not rk.reqs and rk.kv.used == 0
+    assert len(srv.records) == 150 and not any(r.aborted for r in srv.records)
+    assert srv.num_retractions > 0
+    assert sorted(set(srv.dispatched.values())) == [0, 1, 2, 3]
+    again = run()
+    assert [(r.rid, r.finish_s) for r in again.records] == [(r.rid, r.finish_s) for r in srv.records]
+
+
+def test_a_request_id_is_refused_while_it_is_in_the_server() -> None:
+    # as Server.submit: an id may come back once its request has left the server
+    env = simpy.Environment()
+    srv = DpAttentionServer(env, _dp2(), 1000, GatheredLinear())
+    srv.submit(RequestSpec("x", 0.0, 10, 2))
+    with pytest.raises(ValueError, match="duplicate"):
+        srv.submit(RequestSpec("x", 0.0, 10, 2))
+    env.run()
+    srv.submit(RequestSpec("x", env.now, 10, 2))
+    env.run()
+    assert [r.rid for r in srv.records] == ["x", "x"]

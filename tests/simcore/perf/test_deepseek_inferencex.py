@@ -69,6 +69,12 @@ def test_the_token_factor_column_is_checked_and_read(tmp_path) -> None:
             rows_from_records([{**base, "server_tokens_per_prompt_token": bad}], fields)
     with pytest.raises(UserError, match="only read with client bench_serving"):
         rows_from_records([{**base, "client": "aiperf", "server_tokens_per_prompt_token": "5"}], fields)
+    # a run that overrides the client (validate --client aiperf) skips such a row with the reason, not the factor
+    from simcore.perf.validation import Protocol, validate
+
+    row = rows_from_records([{**base, "server_tokens_per_prompt_token": "5.16"}], fields)[0]
+    out = validate([row], protocol=Protocol(client="aiperf"))
+    assert out["rows"] == [] and "only read with client bench_serving" in out["skipped"][0]["reason"]
 
 
 @pytest.mark.slow
