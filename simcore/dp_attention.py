@@ -314,6 +314,7 @@ class DpAttentionServer:
         self.pending: list[tuple[float, int, RequestSpec, simpy.Event]] = []  # not yet at the controller
         self.ahead: deque[float] = deque()
         self.dispatched: dict[str, int] = {}
+        self.pending_rids: set[str] = set()
         self.seq = 0
         self.steps = 0
         self.t = env.now
@@ -352,8 +353,9 @@ class DpAttentionServer:
     def submit(self, spec: RequestSpec, at_s: float | None = None) -> simpy.Event:
         """As `Server.submit`: the request reaches the data-parallel controller at ``arrival_s + tokenize_s``
         (after the serial tokenizer stage), which hands it to a rank at the first pass at or after that time."""
-        if spec.rid in self.dispatched or any(spec.rid == p[2].rid for p in self.pending):
+        if spec.rid in self.pending_rids or any(spec.rid in rk.reqs for rk in self.ranks):
             raise ValueError(f"duplicate request id {spec.rid!r}")
+        self.pending_rids.add(spec.rid)
         ev = self.env.event()
         ready = spec.arrival_s
         if self.tok_req_s > 0 or self.tok_tok_s > 0:
@@ -384,6 +386,7 @@ class DpAttentionServer:
         pend = self.pending
         while pend and pend[0][0] <= t:
             at, _, spec, ev = heapq.heappop(pend)
+            self.pending_rids.discard(spec.rid)
             i = self.dispatcher.dispatch()
             rk = self.ranks[i]
             self.dispatched[spec.rid] = i

@@ -15,11 +15,13 @@ bool, a list → a tuple; ``tests/simcore/test_frozen_model.py`` checks them aga
 
 Bad input raises :class:`FieldError`: a ``UserError`` (one line naming the field, dotted for nested records)
 that is also a ``ValueError``, with ``errors()`` in pydantic's shape (``loc``, ``msg``, ``type``, ``input``).
-Annotations are resolved on first construction of each class, so defining one costs ~0.2 ms.
+Annotations are resolved on first construction of each class (module-level names only), so defining one costs
+~0.2 ms.
 """
 from __future__ import annotations
 
 import re
+import sys
 import typing
 from dataclasses import FrozenInstanceError
 from types import NoneType, UnionType
@@ -267,6 +269,22 @@ def _checker(tp: Any) -> Check:
     raise TypeError(f"FrozenModel: unsupported annotation {tp!r}")
 
 
+_ANNOTATIONS: dict[tuple[str, str], Any] = {}
+
+
+def _annotation(ann: Any, module: str) -> Any:
+    """A (``from __future__ import annotations``) string annotation evaluated in its module's globals, once per text
+    and module (start-up: ``typing.get_type_hints`` cost ~1 ms per record class). Annotations may name module-level
+    types only, not names defined in the class body."""
+    if not isinstance(ann, str):
+        return ann
+    key = (module, ann)
+    got = _ANNOTATIONS.get(key, _MISSING)
+    if got is _MISSING:
+        got = _ANNOTATIONS[key] = eval(ann, vars(sys.modules[module]))  # noqa: S307 - the class's own source
+    return got
+
+
 def _bounded(check: Check, f: FieldInfo) -> Check:
     bounds = [(b, op) for b, op in ((f.ge, "ge"), (f.gt, "gt"), (f.le, "le"), (f.lt, "lt")) if b is not None]
     if not bounds:
@@ -333,7 +351,11 @@ class FrozenModel:
     # ---- construction --------------------------------------------------------------------------------------
     @classmethod
     def _compile(cls) -> dict[str, Check]:
-        hints = typing.get_type_hints(cls)
+        hints: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            for name, ann in klass.__dict__.get("__annotations__", {}).items():
+                if name in cls.model_fields:
+                    hints[name] = _annotation(ann, klass.__module__)
         checks = {}
         for name, info in cls.model_fields.items():
             info.annotation = hints[name]

@@ -330,3 +330,16 @@ def test_lockstep_ranks_keep_their_invariants_under_retraction(overlap: bool, me
     assert sorted(set(srv.dispatched.values())) == [0, 1, 2, 3]
     again = run()
     assert [(r.rid, r.finish_s) for r in again.records] == [(r.rid, r.finish_s) for r in srv.records]
+
+
+def test_a_request_id_is_refused_while_it_is_in_the_server() -> None:
+    # as Server.submit: an id may come back once its request has left the server
+    env = simpy.Environment()
+    srv = DpAttentionServer(env, _dp2(), 1000, GatheredLinear())
+    srv.submit(RequestSpec("x", 0.0, 10, 2))
+    with pytest.raises(ValueError, match="duplicate"):
+        srv.submit(RequestSpec("x", 0.0, 10, 2))
+    env.run()
+    srv.submit(RequestSpec("x", env.now, 10, 2))
+    env.run()
+    assert [r.rid for r in srv.records] == ["x", "x"]
