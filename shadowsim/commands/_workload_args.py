@@ -83,7 +83,7 @@ def add_point_arguments(p: argparse.ArgumentParser, lists: frozenset[str] = froz
                    help="trace format (auto: .csv = azure, JSON lines by their keys; jsonl or native = shadowsim's "
                         "native JSONL, docs/workloads.md)")
     w.add_argument("--trace-limit", type=int, default=None, help="use only the first N requests of the trace")
-    w.add_argument("--time-scale", type=float, default=1.0, help="simulated seconds per trace second")
+    w.add_argument("--time-scale", type=float, default=1.0, help="simulated seconds per trace second (default 1.0; 2.0 plays the trace at half speed)")
     add(w, "--concurrency", type=int, default=None, help="closed loop: number of clients")
     add(w, "--request-rate", type=float, default=None, help="open loop: requests per second (Poisson)")
     w.add_argument("--num-requests", type=int, default=None,
