@@ -167,12 +167,18 @@ class DpAttentionLatency:
         self._k_comm = self.profile.op_scale.get("communication", 1.0)
         self._memo: dict[tuple[BatchShape | None, ...], StepTime] = {}
 
-    def per_request_tokens(self, k: int) -> "DpAttentionLatency":
+    def per_request_tokens(self, k: int, captured_bs: Sequence[int] | None = None) -> "DpAttentionLatency":
         """The same model with its CUDA graphs captured for ``k`` tokens per request (``num_tokens_per_bs``: a
-        speculative verify or draft forward; cuda_graph_runner.py captures ``bs × k`` tokens per size)."""
-        if k == 1:
-            return self
-        return DpAttentionLatency(self.attention, self.mlp, self.dp, tuple(b * k for b in self.graph_bs))
+        speculative verify or draft forward; cuda_graph_runner.py captures ``bs × k`` tokens per size). Given the
+        server's ``captured_bs`` (``--cuda-graph-bs``, before any filter), the sizes are those whose ``bs × k``
+        tokens are a multiple of the attention TP size (``get_batch_sizes_to_capture``: "Model input token count =
+        bs * num_tokens_per_bs; must be a multiple of attn_tp_size"); else this model's sizes."""
+        if captured_bs is None:
+            if k == 1:
+                return self
+            return DpAttentionLatency(self.attention, self.mlp, self.dp, tuple(b * k for b in self.graph_bs))
+        kept = tuple(sorted({b * k for b in captured_bs if b * k % self.attn_tp == 0}))
+        return DpAttentionLatency(self.attention, self.mlp, self.dp, kept)
 
     def _pad(self, bs: int) -> int | None:
         g = self.graph_bs
@@ -250,9 +256,13 @@ class RankLocalLatency:
         self.name = f"{latency.name}:rank-local"
         self.profile_hash = latency.profile_hash
 
-    def per_request_tokens(self, k: int) -> "RankLocalLatency":
-        """The same model with CUDA graphs captured for ``k`` tokens per request (``num_tokens_per_bs``)."""
-        return RankLocalLatency(self.latency, tuple(b * k for b in self.graph_bs))
+    def per_request_tokens(self, k: int, captured_bs: Sequence[int] | None = None) -> "RankLocalLatency":
+        """The same model with CUDA graphs captured for ``k`` tokens per request (``num_tokens_per_bs``), from
+        ``captured_bs`` when given (as `DpAttentionLatency.per_request_tokens`), else from this model's sizes."""
+        if captured_bs is None:
+            return RankLocalLatency(self.latency, tuple(b * k for b in self.graph_bs))
+        tp = self.latency.tp
+        return RankLocalLatency(self.latency, tuple(sorted({b * k for b in captured_bs if b * k % tp == 0})))
 
     def step_time_ranks(self, shapes: Sequence[BatchShape | None]) -> StepTime:
         gpu = cpu = 0.0
@@ -293,13 +303,13 @@ class DpSpeculativeLatency:
 
     pure_step_time = False  # the server draws accepted lengths per step (no decode runs)
 
-    def __init__(self, config: Any, target: Any, draft: Any) -> None:
+    def __init__(self, config: Any, target: Any, draft: Any, captured_bs: Sequence[int] | None = None) -> None:
         self.config = config
         self.target = target
         self.draft = draft
-        self.verify = target.per_request_tokens(config.num_draft_tokens)
-        self.draft_step = draft.per_request_tokens(config.eagle_topk)
-        self.draft_extend = draft.per_request_tokens(config.num_steps + 1)
+        self.verify = target.per_request_tokens(config.num_draft_tokens, captured_bs)
+        self.draft_step = draft.per_request_tokens(config.eagle_topk, captured_bs)
+        self.draft_extend = draft.per_request_tokens(config.num_steps + 1, captured_bs)
         self.name = f"{target.name}+{config.algorithm.lower()}"
         self.profile_hash = target.profile_hash
         self.frontend_s = float(getattr(target, "frontend_s", 0.0))
@@ -714,4 +724,5 @@ def build_dp_speculative_latency(speculative: Any, model: Any, gpu: Any, setting
             parallel=ParallelLayout(tp_size=atp, gpus_per_node=gpu.gpus_per_node)), target.graph_bs)
     else:
         draft = build_dp_attention_latency(draft_spec, gpu, s, precision, backend=backend, profile=profile)
-    return DpSpeculativeLatency(config, target, draft)
+    captured = () if s.disable_cuda_graph else tuple(s.cuda_graph_bs or ())
+    return DpSpeculativeLatency(config, target, draft, captured)

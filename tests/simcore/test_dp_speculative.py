@@ -50,7 +50,7 @@ class GatheredLinear:
     def __init__(self, name: str, base: float, per: float, log: list, k: int = 1) -> None:
         self.name, self.base, self.per, self.log, self.k = name, base, per, log, k
 
-    def per_request_tokens(self, k: int) -> "GatheredLinear":
+    def per_request_tokens(self, k: int, captured_bs=None) -> "GatheredLinear":  # type: ignore[no-untyped-def]
         return GatheredLinear(self.name, self.base, self.per, self.log, k)
 
     def step_time_ranks(self, shapes):  # type: ignore[no-untyped-def]
@@ -247,3 +247,22 @@ def test_predict_dp8_with_eagle(capsys) -> None:  # type: ignore[no-untyped-def]
     assert srv["speculative"]["algorithm"] == "EAGLE" and 2.0 < srv["speculative"]["simulated_accept_length"] < 3.0
     assert srv["latency_model"].endswith(":dp8+eagle")
     assert plain["server"]["max_running_requests"] != 6
+
+
+def test_graph_sizes_per_forward_follow_the_attention_tp_multiple() -> None:
+    # tp 4, dp 2: attention TP 2. cuda_graph_runner.py::get_batch_sizes_to_capture keeps the sizes whose
+    # bs × num_tokens_per_bs is a multiple of 2: every size for the verify (4 draft tokens per request) and the
+    # draft extend (num_steps + 1 = 4), only the even ones for a draft step (topk 1)
+    model, gpu = load_model("Qwen/Qwen3-30B-A3B"), load_gpu("h100_sxm")
+    s = resolve(ServerSettings(tp_size=4, dp_size=2, enable_dp_attention=True, speculative_algorithm="EAGLE"),
+                gpu.memory_bytes)
+    spec = build_speculative(s, model, LinearLatencyModel(), lambda m: LinearLatencyModel())
+    lat = build_dp_speculative_latency(spec, model, gpu, s, "bf16")
+    captured = s.cuda_graph_bs
+    assert 1 in captured and 3 in captured and lat.verify.attn_tp == 2
+    assert lat.verify.graph_bs == tuple(4 * b for b in captured)
+    assert lat.draft_extend.graph_bs == tuple(4 * b for b in captured)
+    assert lat.draft_step.graph_bs == tuple(b for b in captured if b % 2 == 0)
+    # a rank decoding 3 requests alone: the draft step has no graph of 3 rows, so it pads to 4 (the next even size)
+    d = lat.draft_step
+    assert d._pad(3) == 4 and lat.verify._pad(12) == 12
