@@ -31,6 +31,11 @@ models:
   when every rank is decode or idle (``MLPSyncBatchInfo.all_gather``: ``can_cuda_graph`` is the min over ranks),
   padded to the captured size of the largest rank's batch (``cuda_graph_runner.py::can_run`` / ``replay_prepare``
   with ``require_mlp_tp_gather``).
+- **Speculative decoding** (`DpSpeculativeLatency`, `DpAttentionServer._schedule_speculative`): with EAGLE /
+  EAGLE3 / NEXTN no pass mixes prefill and decode across ranks (``scheduler.py::get_next_batch_to_run`` syncs
+  right after ``get_new_batch_prefill``); a decode pass is every rank's EAGLE iteration, each of its forwards (draft
+  steps, verify, draft extend) a DP-attention forward over ``bs × tokens-per-request`` rows per rank, idle ranks in
+  ``ForwardMode.IDLE`` (``eagle_worker.py::forward_batch_generation``).
 """
 from __future__ import annotations
 
