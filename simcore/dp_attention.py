@@ -714,7 +714,9 @@ def build_dp_speculative_latency(speculative: Any, model: Any, gpu: Any, setting
                                  *, backend: str = "auto", profile: Any = None) -> DpSpeculativeLatency:
     """`DpSpeculativeLatency` of a speculative DP-attention server: the target's `DpAttentionLatency`, the
     draft model (`simcore.speculative.draft_model_spec`) as a DP-attention model too (EAGLE / NEXTN), or at the
-    attention TP size on each rank alone (EAGLE3, `RankLocalLatency`). ``speculative`` gives the config."""
+    attention TP size on each rank alone (EAGLE3, `RankLocalLatency`). The draft's MoE has the target's layout
+    (EP, DeepEP): ``--speculative-moe-a2a-backend`` defaults to the target's (0.5.9 ``layers/moe/utils.py``:
+    ``SPECULATIVE_MOE_A2A_BACKEND`` falls back to ``MOE_A2A_BACKEND``). ``speculative`` gives the config."""
     from simcore.perf import ParallelLayout, build_latency_model
     from simcore.speculative import draft_model_spec
 
