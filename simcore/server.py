@@ -241,6 +241,7 @@ class Server(ResultProcessor, DecodeRuns):
         env = self.env
         # first iteration (or the one a restored server resumes with) runs after same-time submits
         yield self._late(self.t - env.now)
+        now = env.now  # SimPy's clock, read again after every yield (it moves only while this process waits)
         while True:
             if self.due is not None:
                 self._apply(self.due, self.t)
@@ -310,11 +311,12 @@ class Server(ResultProcessor, DecodeRuns):
                     self.idle = True
                     self._wake = env.event()
                     yield self._wake
+                    now = env.now
                     self._wake = None
                     self.idle = False
                     submitted = True
                 if submitted or (pend and not self.waiting):  # (the next submission is what a wake-up brings)
-                    self.t = max(t, pend[0][0], env.now)
+                    self.t = max(t, pend[0][0], now)
                 elif self.waiting:
                     # nothing runs, nothing in flight, yet requests wait: they can never fit
                     self._abort(self.waiting.pop(0), t)
@@ -323,8 +325,9 @@ class Server(ResultProcessor, DecodeRuns):
                     continue
             due = self.due
             if (not self.fast or self.t >= env.peek() or (due is not None and due.finishers and self.signal_finishes)
-                    or self.t < env.now):
-                yield self._late(self.t - env.now)
+                    or self.t < now):
+                yield self._late(self.t - now)
+                now = env.now
 
     def _recv_due(self) -> bool:
         """``SchedulerRecvSkipper.handle(last_forward_mode)``, once per pass: add the weight of the batch the previous
