@@ -324,6 +324,11 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         kv_cache_dtype=settings.kv_cache_dtype, parallel=ParallelLayout.from_settings(settings, gpu)), args.seed)
     if speculative is not None:  # it prices the steps: target + draft
         latency = speculative
+        if settings.enable_dp_attention:  # every rank's draft + verify in lockstep (simcore.dp_attention)
+            from simcore.dp_attention import build_dp_speculative_latency
+
+            latency = build_dp_speculative_latency(speculative, model, gpu, settings, precision,
+                                                   backend=args.latency_backend, profile=profile)
     ctx = settings.context_length or model.context_length
     if args.max_total_tokens is not None:
         if args.max_total_tokens < 2:

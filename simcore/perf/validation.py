@@ -514,6 +514,11 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
         parallel=ParallelLayout.from_settings(settings, gpu)), seed)
     if speculative is not None:  # it prices the steps: target + draft
         latency = speculative
+        if settings.enable_dp_attention:  # every rank's draft + verify in lockstep (simcore.dp_attention)
+            from simcore.dp_attention import build_dp_speculative_latency
+
+            latency = build_dp_speculative_latency(speculative, model, gpu, settings, precision, backend=backend,
+                                                   profile=profile)
     workload, warmup, client = _workload(row, p, seed)
     delays = ClientDelays.from_variability(p.variability, seed)
     if delays is not None:
