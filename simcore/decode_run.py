@@ -400,15 +400,7 @@ class DecodeRuns:
         self.itl_vals.extend(gaps)
         self.itl_w.extend([rows] * len(gaps))
         # -- the launches: n decode steps of `rows` rows
-        ratio = self.ratio
-        current, decay, floor_ratio = ratio.current, ratio.decay, ratio.min
-        for _ in range(n):  # NewTokenRatio.decay_step, n times (the identity once at the floor)
-            if current == floor_ratio:
-                break
-            current -= decay
-            if current < floor_ratio:
-                current = floor_ratio
-        ratio.current = current
+        self.ratio.decay_steps(n)  # NewTokenRatio.decay_step, n times
         self.res.advance(launches_base, n, self.reqs)
         self.launch_counter[0] = launches_base + n
         self.sum_kv = sum_kv0 + n * rows

@@ -59,17 +59,44 @@ class AddResult(Enum):
 class NewTokenRatio:
     """``NewTokenRatioTracker`` (§2.6): the share of ``max_new_tokens`` the adder reserves for running requests."""
 
-    __slots__ = ("init", "min", "decay", "current")
+    __slots__ = ("init", "min", "decay", "current", "_chains")
 
     def __init__(self, settings: ServerSettings) -> None:
         self.init = settings.initial_new_token_ratio
         self.min = settings.min_new_token_ratio
         self.decay = settings.new_token_ratio_decay
         self.current = self.init
+        # value → (its chain of successive decays, its index there): the decay is a function of the value alone
+        self._chains: dict[float, tuple[list[float], int]] = {}
 
     def decay_step(self) -> None:
         """Called once per decode step that did not retract."""
         self.current = max(self.current - self.decay, self.min)
+
+    def decay_steps(self, n: int) -> None:
+        """:meth:`decay_step` ``n`` times (the same floats), by table: the successive values from a start value are
+        kept, up to the floor, so a decode run of ``n`` steps costs one look-up."""
+        if n <= 0:
+            return
+        cur = self.current
+        hit = self._chains.get(cur)
+        if hit is None:
+            chain: list[float] = [cur]
+            hit = (chain, 0)
+            self._chains[cur] = hit
+        chain, i = hit
+        j = i + n
+        while len(chain) <= j:
+            v = chain[-1]
+            nxt = max(v - self.decay, self.min)
+            if nxt == v:  # the floor: every further step is the identity
+                j = len(chain) - 1
+                break
+            if len(self._chains) >= 100_000:  # (a pathological decay: keep the table bounded)
+                self._chains.clear()
+            self._chains.setdefault(nxt, (chain, len(chain)))
+            chain.append(nxt)
+        self.current = chain[j]
 
     def reset(self) -> None:
         """Scheduler.on_idle(): back to the initial value."""
