@@ -15,23 +15,28 @@ requests, about an hour of arrivals, 512-token hash blocks), served by Llama-3.1
 
 Each measurement is one fresh process; its CPU time (user + system, interpreter start-up and imports included) is
 what the kernel accounted to it, and its peak memory its own ``VmHWM``. The two simulators alternate, the order
-flipping every round, because the machine is shared. Cases: the whole trace, the same trace with arrivals 4×
+flipping every round, because the machine is shared. Both start from compiled bytecode: pip compiled Dynamo's
+environment when it installed it, and the benchmark compiles the checkout's modules first
+(``childproc.compile_sources``; with ``PYTHONDONTWRITEBYTECODE`` set each child would otherwise compile every
+shadowsim module from source, ~0.15 CPU s). Cases: the whole trace, the same trace with arrivals 4×
 sparser (ours ``time_scale=4``, Dynamo ``arrival_speedup_ratio=0.25``) and the first 100 requests (start-up).
 Prints medians and the CPU-time ratio shadowsim / Dynamo per case, then one JSON line.
 
 Run: ``python -m benchmarks dynamo`` (``make bench`` runs it with the others); ``python benchmarks/bench_dynamo.py
-[ROUNDS]``. Without network or when the install fails it says so and reports shadowsim alone.
+[ROUNDS] [CASE ...]`` (cases ``whole_trace``, ``sparse_4x``, ``first_100``; all by default), e.g.
+``python benchmarks/bench_dynamo.py 10 first_100`` for the start-up figure alone. Without network or when the
+install fails it says so and reports shadowsim alone.
 """
 from __future__ import annotations
 
 import json
 import os
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+# The measured child (``--child``) runs this module: what it imports here is part of its figure, so the imports
+# only the parent needs (statistics, subprocess, tempfile: ~20 ms) are made inside the functions that use them.
 
 REPO = Path(__file__).resolve().parents[1]
 TRACE = (REPO / ".." / "shared" / "data" / "mooncake" / "conversation_trace.jsonl").resolve()
@@ -69,6 +74,8 @@ def _root_on_path() -> None:
 
 def dynamo_python() -> Path | None:
     """The Dynamo environment's interpreter, installing it on first use; None (with a note) if that fails."""
+    import subprocess
+
     py = DYNAMO_ENV / "bin" / "python"
     stamp = DYNAMO_ENV / ".installed"
     if stamp.is_file() and py.is_file():
@@ -134,13 +141,22 @@ def kv_pool_tokens() -> int:
                         resolve(ServerSettings(), gpu.memory_bytes)).max_total_num_tokens
 
 
-def main(rounds: int = 3) -> dict[str, float]:
+CASES = ("whole_trace", "sparse_4x", "first_100")
+
+
+def main(rounds: int = 3, only: tuple[str, ...] = ()) -> dict[str, float]:
+    """Run the cases (``only``: some of CASES), ``rounds`` alternating rounds each (first_100: at least 5)."""
+    import statistics
+    import tempfile
+
     _root_on_path()
-    from benchmarks.childproc import clean_env, run_child_timed
+    from benchmarks.childproc import clean_env, compile_sources, run_child_timed
 
     print("shadowsim vs Dynamo mocker: Mooncake conversation trace, Llama-3.1-8B-Instruct, 1x H100 SXM "
           f"(CPU s of whole processes, median of {rounds} alternating rounds)")
     py = dynamo_python()
+    if not compile_sources(REPO):
+        print("  (could not write the checkout's bytecode: each shadowsim child also compiles its modules)")
     pool = kv_pool_tokens()
     with tempfile.TemporaryDirectory() as tmp:
         head = Path(tmp) / "first100.jsonl"
@@ -148,6 +164,7 @@ def main(rounds: int = 3) -> dict[str, float]:
             head.write_text("".join(next(f) for _ in range(100)))
         cases = [("whole_trace", str(TRACE), 1.0, rounds), ("sparse_4x", str(TRACE), 4.0, rounds),
                  ("first_100", str(head), 1.0, max(5, rounds))]
+        cases = [c for c in cases if not only or c[0] in only]
         ours_cmd = lambda trace, scale: [sys.executable, str(Path(__file__).resolve()), "--child",  # noqa: E731
                                          trace, str(scale)]
         theirs_cmd = lambda trace, scale: [str(py), "-c", _DYNAMO_CHILD, trace, str(pool // BLOCK),  # noqa: E731
@@ -192,4 +209,8 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         print(json.dumps(_shadowsim_child(sys.argv[2], float(sys.argv[3]))))
     else:
-        main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+        args = sys.argv[1:]
+        unknown = [a for a in args if not a.isdigit() and a not in CASES]
+        if unknown:
+            sys.exit(f"bench_dynamo: unknown argument(s) {' '.join(unknown)}: give [ROUNDS] [{' '.join(CASES)}]")
+        main(next((int(a) for a in args if a.isdigit()), 3), tuple(a for a in args if a in CASES))

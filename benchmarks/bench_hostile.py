@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -129,10 +128,12 @@ def _service_run(cfg: Any, items: Iterator[tuple[bytes | None, bytes]], sink_pat
 
 
 def hostile(n: int, tmp: Path) -> dict[str, Any]:
+    from benchmarks.childproc import own_peak_rss_mib, reset_peak_rss
     from benchmarks.hostile import iter_hostile
     from shadowsim.shadow.config import SnapshotConfig
     from shadowsim.shadow.sink import read_predictions
 
+    reset_peak_rss()  # this part's own peak, not the benchmarks that ran before it in this process
     sc, clean = _clean()
     healthy = sorted({k.decode() for k, _ in clean if k})
     cfg = sc.shadow.model_copy(update={"snapshot": SnapshotConfig(dir=tmp / "ref")})
@@ -159,7 +160,7 @@ def hostile(n: int, tmp: Path) -> dict[str, Any]:
             "twin_rebuilds": svc.counters["twin_rebuilds"], "twin_resets": svc.counters["twin_resets"],
             "healthy_predictions_equal": got == want, "healthy_predictions": len(want),
             "cpu_us_per_record": cpu / total * 1e6, "cpu_s": cpu, "wall_s": wall,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mib": own_peak_rss_mib()}
 
 
 def kafka(m: int, tmp: Path) -> dict[str, Any]:
@@ -192,17 +193,40 @@ def kafka(m: int, tmp: Path) -> dict[str, Any]:
                     "--metrics-port", "0", "--metrics-host", "127.0.0.1", "--state-dir", str(tmp / f"k-{name}"),
                     "--predictions", str(tmp / f"k-{name}.jsonl"), "--exit-when-idle-s", "5", "--quiet"]
             t = time.monotonic()
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=3000,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            out[f"kafka_{name}_rc"] = proc.returncode
+            rc, stderr, peak = _run_watching_peak(argv, timeout_s=3000)
+            out[f"kafka_{name}_rc"] = rc
             out[f"kafka_{name}_records"] = sent
             out[f"kafka_{name}_wall_s"] = time.monotonic() - t
-            tail = proc.stderr.strip().splitlines()[-1:] if proc.stderr else []
+            out[f"kafka_{name}_peak_rss_mib"] = peak
+            tail = stderr.strip().splitlines()[-1:] if stderr else []
             out[f"kafka_{name}_last_line"] = tail[0] if tail else ""
             preds[name] = _healthy_predictions(tmp / f"k-{name}.jsonl", healthy)
             out.update({f"kafka_{name}_{k}": v for k, v in _accounting(bs, topic, tmp / f"k-{name}", sent).items()})
         out["kafka_healthy_predictions_equal"] = preds["clean"] == preds["mixed"] and bool(preds["clean"])
     return out
+
+
+def _run_watching_peak(argv: list[str], timeout_s: float) -> tuple[int, str, float | None]:
+    """Run ``argv`` (stdout discarded); its exit status, stderr and its own peak RSS (VmHWM read from /proc every
+    50 ms while it runs: the last reading, at most 50 ms before it exits; not ``ru_maxrss``, which starts from this
+    process's size)."""
+    from benchmarks.childproc import peak_rss_of
+
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        peak: float | None = None
+        deadline = time.monotonic() + timeout_s
+        while proc.poll() is None:
+            got = peak_rss_of(proc.pid)
+            peak = got if got is not None else peak
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise subprocess.TimeoutExpired(argv, timeout_s)
+            time.sleep(0.05)
+        err.seek(0)
+        return proc.returncode, err.read(), peak
 
 
 def _accounting(bs: str, topic: str, state: Path, sent: int) -> dict[str, Any]:
@@ -299,7 +323,10 @@ def memory(f: int, tmp: Path, trace: bool = False) -> dict[str, Any]:
     slows the run several times) after every 100,000 records: flat once the twin cap is reached."""
     import tracemalloc
 
+    from benchmarks.childproc import own_peak_rss_mib, reset_peak_rss
     from shadowsim.shadow.config import InstanceConfig, ShadowConfig, SnapshotConfig
+
+    reset_peak_rss()  # this part's own peak (from the RSS now), not the earlier parts' or benchmarks'
 
     def fakes() -> Iterator[tuple[bytes | None, bytes]]:
         for i in range(f):
@@ -329,7 +356,7 @@ def memory(f: int, tmp: Path, trace: bool = False) -> dict[str, Any]:
     cpu = time.process_time() - t
     out = {"fake_ids": f, "twins_kept": len(svc.twins), "twin_cap_refused": svc.dead_letters().get("twin_cap", 0),
            "rss_mib_start": rss0, "rss_mib_per_100k": [round(x, 1) for x in rss], "rss_mib_end": rss[-1],
-           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+           "peak_rss_mib": own_peak_rss_mib(),
            "router_cache_entries": len(svc.ranks._configured), "memory_cpu_s": cpu}
     if trace:
         out.update({"traced_mib_per_100k": [round(x, 1) for x in traced],

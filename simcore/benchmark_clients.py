@@ -100,23 +100,30 @@ def bench_serving_lengths(input_len: int, output_len: int, num_requests: int, ra
 class BenchServingOpenLoop(_Workload):
     """``sglang.bench_serving --dataset-name random`` (module docstring): version-faithful lengths, Poisson
     arrivals at ``request_rate`` (``inf``: all at once), optional ``max_concurrency``. ``prompt_overhead_tokens``
-    are added to every prompt as the server sees it."""
+    are added to every prompt as the server sees it. ``server_tokens_per_prompt_token``: how many tokens the
+    server's tokenizer makes of each token the client counted (1: client and server tokenize alike); each drawn
+    prompt reaches the server as ``round(length × factor)`` tokens (a client whose tokenizer differs from the
+    server's, docs/accuracy.md §3.12)."""
 
     def __init__(self, request_rate: float, num_requests: int, input_len: int, output_len: int, *,
                  range_ratio: float = 0.0, seed: int = 1, sglang_version: str = "0.5.9",
                  max_concurrency: int | None = None, prompt_overhead_tokens: int = 0, ignore_eos: bool = True,
-                 rid_prefix: str = "req-", warmup_requests: int = 0) -> None:
+                 rid_prefix: str = "req-", warmup_requests: int = 0,
+                 server_tokens_per_prompt_token: float = 1.0) -> None:
         super().__init__(rid_prefix)
         if not request_rate > 0 or num_requests < 0 or not 0.0 <= range_ratio <= 1.0 or warmup_requests < 0:
             raise ValueError("request_rate must be > 0, num_requests >= 0, range_ratio in [0, 1], "
                              "warmup_requests >= 0")
+        if not server_tokens_per_prompt_token > 0:
+            raise ValueError("server_tokens_per_prompt_token must be > 0")
         if warmup_requests and num_requests < 1:
             raise ValueError("a warm-up copies the first request: num_requests must be >= 1")
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
         rng = np.random.RandomState(seed)
         ins, outs = bench_serving_lengths(input_len, output_len, num_requests, range_ratio, rng, sglang_version)
-        self.input_lens = [i + prompt_overhead_tokens for i in ins]
+        f = server_tokens_per_prompt_token
+        self.input_lens = [(i if f == 1.0 else max(1, round(i * f))) + prompt_overhead_tokens for i in ins]
         self.output_lens = outs
         if math.isinf(request_rate):
             self.offsets_s = [0.0] * num_requests

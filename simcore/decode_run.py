@@ -63,7 +63,7 @@ class DecodeStepTimes:
     interpolation in between (error bound in the module docstring; exact whenever the spacing rounds to the
     batch's own Σkv step)."""
 
-    __slots__ = ("latency", "knot_spacing", "_knots", "long_steps")
+    __slots__ = ("latency", "knot_spacing", "_knots", "long_steps", "_last")
 
     def __init__(self, latency: LatencyModel, knot_spacing: float = DEFAULT_MAX_REL_SPACING) -> None:
         if not 0.0 <= knot_spacing < 1.0:
@@ -72,6 +72,9 @@ class DecodeStepTimes:
         self.knot_spacing = knot_spacing
         self._knots: dict[tuple[int, int | None, int], tuple[float, float]] = {}
         self.long_steps = 0  # steps of blocks >= NUMPY_FROM done in pure Python (numpy takes over past a bound)
+        # the knot pair `one` used last: (rows, graph_bs, x0, q, g0, c0, g1, c1); consecutive plain decode steps
+        # of one batch mostly fall between the same two knots
+        self._last: tuple[Any, ...] = (None,) * 8
 
     def vectorize(self, m: int) -> bool:
         """Whether a block of ``m`` steps goes through numpy: long blocks, once ``PURE_PYTHON_STEPS`` steps of
@@ -103,12 +106,19 @@ class DecodeStepTimes:
         if q <= rows:
             return self.price(rows, graph_bs, sum_kv)
         x0 = sum_kv // q * q
-        launches_base, c0 = self._knot(rows, graph_bs, x0)
+        last = self._last
+        if last[0] == rows and last[2] == x0 and last[3] == q and last[1] == graph_bs:
+            _, _, _, _, g0, c0, g1, c1 = last
+        else:
+            g0, c0 = self._knot(rows, graph_bs, x0)
+            if x0 == sum_kv:
+                return g0, c0
+            g1, c1 = self._knot(rows, graph_bs, x0 + q)
+            self._last = (rows, graph_bs, x0, q, g0, c0, g1, c1)
         if x0 == sum_kv:
-            return launches_base, c0
-        g1, c1 = self._knot(rows, graph_bs, x0 + q)
+            return g0, c0
         w = (sum_kv - x0) / q
-        return launches_base + (g1 - launches_base) * w, c0 + (c1 - c0) * w
+        return g0 + (g1 - g0) * w, c0 + (c1 - c0) * w
 
     def times(self, rows: int, graph_bs: int | None, sum_kv0: int, steps: int) -> tuple[list[float], list[float]]:
         """(gpu_s, cpu_s) lists for ``steps`` decode steps of ``rows`` rows, step j at Σkv = sum_kv0 + j·rows."""
@@ -214,49 +224,62 @@ def plan_run(times: DecodeStepTimes, rows: int, graph_bs: int | None, sum_kv0: i
                 break
             continue
         # pure Python: each step priced as `DecodeStepTimes.times` prices it (the same formula), just before it is
-        # taken, so nothing past the bound is priced
+        # taken, so nothing past the bound is priced. (Tight loop: the knot pair and its differences are kept in
+        # locals; g0 + dg·w with dg = g1 − g0 is the same float as g0 + (g1 − g0)·w.)
         q = times.spacing(s0)
         exact = q <= rows
         knot = times._knot
+        price = times.price
         x0 = s0 // q * q
+        x1 = x0 + q
         g0 = c0 = g1 = c1 = 0.0
         if not exact:
             g0, c0 = knot(rows, graph_bs, x0)
-            g1, c1 = knot(rows, graph_bs, x0 + q)
+            g1, c1 = knot(rows, graph_bs, x1)
+        dg = g1 - g0
+        dc = c1 - c0
+        app_s, app_e, app_c = starts.append, ends.append, cpus.append
         s = s0
         stopped = False
+        first = done == 0
         for _ in range(m):
-            if done and last_start >= bound:
+            if first:
+                first = False
+            elif last_start >= bound:
                 stopped = True
                 break
             if exact:
-                g, c = times.price(rows, graph_bs, s)
+                g, c = price(rows, graph_bs, s)
             else:
-                while s >= x0 + q:
-                    x0 += q
+                while s >= x1:
+                    x0 = x1
+                    x1 = x0 + q
                     g0, c0 = g1, c1
-                    g1, c1 = knot(rows, graph_bs, x0 + q)
+                    g1, c1 = knot(rows, graph_bs, x1)
+                    dg = g1 - g0
+                    dc = c1 - c0
                 w = (s - x0) / q
-                g = g0 + (g1 - g0) * w
-                c = c0 + (c1 - c0) * w
+                g = g0 + dg * w
+                c = c0 + dc * w
             s += rows
             if overlap:
                 if done == 0:
                     t0 = t + c
                     launch_f = t0 if t0 > gpu_free else gpu_free
+                    done = 1
                 else:
                     launch_f = last_start + (c if c > last_gpu else last_gpu)
-                starts.append(launch_f)
-                ends.append(launch_f + g)
+                app_s(launch_f)
+                app_e(launch_f + g)
                 last_start = launch_f
             else:
                 launch_f = last_start + c
                 last_start = launch_f + g
-                starts.append(launch_f)
-                ends.append(last_start)
+                app_s(launch_f)
+                app_e(last_start)
             last_gpu = g
-            cpus.append(c)
-            done += 1
+            app_c(c)
+        done = len(cpus)
         if stopped or (done and last_start >= bound):
             break
     return starts, ends, cpus
@@ -286,14 +309,24 @@ def decode_gaps(ends: list[float], cpu: list[float], overlap: bool, floor: float
         client = base + detokenize_s
         client[0] = last
         return np.diff(client).tolist(), float(base[-1]), float(client[-1])
-    gaps = []
-    for j in range(m):
-        e = ends[j] + cpu[j + 1] if overlap else ends[j]
-        if e > floor:
-            floor = e
-        c = floor + detokenize_s
-        gaps.append(c - last)
-        last = c
+    gaps: list[float] = []
+    app = gaps.append
+    if overlap:
+        for e0, c1 in zip(ends[:m], cpu[1:m + 1]):
+            e = e0 + c1
+            if e > floor:
+                floor = e
+            c = floor + detokenize_s
+            app(c - last)
+            last = c
+    else:
+        for j in range(m):
+            e = ends[j]
+            if e > floor:
+                floor = e
+            c = floor + detokenize_s
+            app(c - last)
+            last = c
     return gaps, floor, last
 
 
@@ -367,15 +400,7 @@ class DecodeRuns:
         self.itl_vals.extend(gaps)
         self.itl_w.extend([rows] * len(gaps))
         # -- the launches: n decode steps of `rows` rows
-        ratio = self.ratio
-        current, decay, floor_ratio = ratio.current, ratio.decay, ratio.min
-        for _ in range(n):  # NewTokenRatio.decay_step, n times (the identity once at the floor)
-            if current == floor_ratio:
-                break
-            current -= decay
-            if current < floor_ratio:
-                current = floor_ratio
-        ratio.current = current
+        self.ratio.decay_steps(n)  # NewTokenRatio.decay_step, n times
         self.res.advance(launches_base, n, self.reqs)
         self.launch_counter[0] = launches_base + n
         self.sum_kv = sum_kv0 + n * rows
@@ -406,7 +431,7 @@ class DecodeRuns:
     @staticmethod
     def _run_batch(bid: int, rows: int, sum_kv: int, graph_bs: int | None, g_after: int, gpu_end: float) -> Batch:
         b = Batch(bid, "decode")
-        b.shape = BatchShape((), (), rows, sum_kv, (), graph_bs)
+        b.set_decode(rows, sum_kv, graph_bs)
         b.n_emit = rows
         b.g_after = g_after
         b.gpu_end = gpu_end

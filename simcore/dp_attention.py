@@ -31,6 +31,11 @@ models:
   when every rank is decode or idle (``MLPSyncBatchInfo.all_gather``: ``can_cuda_graph`` is the min over ranks),
   padded to the captured size of the largest rank's batch (``cuda_graph_runner.py::can_run`` / ``replay_prepare``
   with ``require_mlp_tp_gather``).
+- **Speculative decoding** (`DpSpeculativeLatency`, `DpAttentionServer._schedule_speculative`): with EAGLE /
+  EAGLE3 / NEXTN no pass mixes prefill and decode across ranks (``scheduler.py::get_next_batch_to_run`` syncs
+  right after ``get_new_batch_prefill``); a decode pass is every rank's EAGLE iteration, each of its forwards (draft
+  steps, verify, draft extend) a DP-attention forward over ``bs × tokens-per-request`` rows per rank, idle ranks in
+  ``ForwardMode.IDLE`` (``eagle_worker.py::forward_batch_generation``).
 """
 from __future__ import annotations
 
@@ -69,12 +74,18 @@ def rank_settings(settings: ServerSettings) -> ServerSettings:
     """The scheduler settings of one attention-DP rank (``server_args.py::_handle_data_parallelism``, after the
     GPU memory settings were derived from the undivided values): chunked prefill ``// dp``, conservativeness
     ``× 0.3``, CUDA graphs at the captured sizes that are multiples of the attention TP size. The rank itself is a
-    plain scheduler (``dp_size`` 1); its request slots come from the pool sizing (`simcore.memory`)."""
+    plain scheduler (``dp_size`` 1) with ``--max-running-requests // dp`` request slots when given
+    (``model_runner.py``: ``server_args.max_running_requests // self.dp_size``), else the pool's own bound."""
     dp = num_ranks(settings)
     if dp == 1:
         return settings
-    s = resolve(settings, None) if settings.chunked_prefill_size is None else settings
-    upd: dict[str, Any] = {"enable_dp_attention": False, "dp_size": 1, "max_running_requests": None,
+    # speculation's overrides first (resolve is idempotent): ``_handle_speculative_decoding`` runs after
+    # ``_handle_data_parallelism`` and sets max running 48, which model_runner.py then divides by dp
+    s = (resolve(settings, None) if settings.chunked_prefill_size is None or settings.speculative_algorithm
+         is not None else settings)
+    given = s.max_running_requests
+    upd: dict[str, Any] = {"enable_dp_attention": False, "dp_size": 1,
+                           "max_running_requests": None if given is None else max(1, given // dp),
                            "schedule_conservativeness": s.schedule_conservativeness * DP_ATTENTION_CONSERVATIVENESS}
     if s.chunking_enabled:
         upd["chunked_prefill_size"] = max(s.page_size, s.chunked_prefill_size // dp)  # type: ignore[operator]
@@ -161,6 +172,19 @@ class DpAttentionLatency:
         self._k_comm = self.profile.op_scale.get("communication", 1.0)
         self._memo: dict[tuple[BatchShape | None, ...], StepTime] = {}
 
+    def per_request_tokens(self, k: int, captured_bs: Sequence[int] | None = None) -> "DpAttentionLatency":
+        """The same model with its CUDA graphs captured for ``k`` tokens per request (``num_tokens_per_bs``: a
+        speculative verify or draft forward; cuda_graph_runner.py captures ``bs × k`` tokens per size). Given the
+        server's ``captured_bs`` (``--cuda-graph-bs``, before any filter), the sizes are those whose ``bs × k``
+        tokens are a multiple of the attention TP size (``get_batch_sizes_to_capture``: "Model input token count =
+        bs * num_tokens_per_bs; must be a multiple of attn_tp_size"); else this model's sizes."""
+        if captured_bs is None:
+            if k == 1:
+                return self
+            return DpAttentionLatency(self.attention, self.mlp, self.dp, tuple(b * k for b in self.graph_bs))
+        kept = tuple(sorted({b * k for b in captured_bs if b * k % self.attn_tp == 0}))
+        return DpAttentionLatency(self.attention, self.mlp, self.dp, kept)
+
     def _pad(self, bs: int) -> int | None:
         g = self.graph_bs
         if not g or bs > g[-1]:
@@ -216,9 +240,129 @@ class DpAttentionLatency:
         gpu = attn + mlp.mlp_side_s(gathered, logits) + self._k_comm * comm
         if not graph:
             gpu = max(gpu, mlp.eager_floor_s)
+        if extend_in_batch:  # as simcore/perf/step.py: the per-version cost of an extend forward, per layer
+            gpu += L * prof.extend_s_per_layer
         n_req = max(len(s.extend_lens) + s.num_decode for s in real)
         gpu += prof.step_overhead_s + prof.gpu_per_req_s * n_req
         return StepTime(gpu, cpu)
+
+
+class RankLocalLatency:
+    """A model every rank runs on its own inside its attention TP group, with no collective across the ranks (the
+    EAGLE3 draft under DP attention: 0.5.9 ``eagle_worker.py::EAGLEWorker.__init__`` builds it inside
+    ``draft_tp_context(get_attention_tp_group())``): the lockstep waits for the slowest rank. ``graph_bs`` are the
+    captured sizes in rows (decode rows padded to the smallest one at or above them, per rank)."""
+
+    pure_step_time = True
+
+    def __init__(self, latency: Any, graph_bs: Sequence[int] = ()) -> None:
+        self.latency = latency
+        self.graph_bs = tuple(graph_bs)
+        self.name = f"{latency.name}:rank-local"
+        self.profile_hash = latency.profile_hash
+
+    def per_request_tokens(self, k: int, captured_bs: Sequence[int] | None = None) -> "RankLocalLatency":
+        """The same model with CUDA graphs captured for ``k`` tokens per request (``num_tokens_per_bs``), from
+        ``captured_bs`` when given (as `DpAttentionLatency.per_request_tokens`), else from this model's sizes."""
+        if captured_bs is None:
+            return RankLocalLatency(self.latency, tuple(b * k for b in self.graph_bs))
+        tp = self.latency.tp
+        return RankLocalLatency(self.latency, tuple(sorted({b * k for b in captured_bs if b * k % tp == 0})))
+
+    def step_time_ranks(self, shapes: Sequence[BatchShape | None]) -> StepTime:
+        gpu = cpu = 0.0
+        g = self.graph_bs
+        for s in shapes:
+            if s is None or s.mode == "idle":
+                continue
+            if not s.extend_lens and g and s.num_decode <= g[-1]:
+                s = BatchShape((), (), s.num_decode, s.decode_sum_kv, (), g[bisect.bisect_left(g, s.num_decode)])
+            st = self.latency.step_time(s)
+            gpu, cpu = max(gpu, st.gpu_s), max(cpu, st.cpu_s)
+        return StepTime(gpu, cpu)
+
+
+class DpSpeculativeLatency:
+    """The lockstep price of a speculative DP-attention server (EAGLE / EAGLE3 / NEXTN), from every rank's batch.
+
+    Every forward of SGLang's EAGLE worker (0.5.9 ``speculative/eagle_worker.py::forward_batch_generation``) is a
+    DP-attention forward of its own: each rank attends over its own rows, the MLP/MoE runs on the rows gathered
+    from every rank (`DpAttentionLatency`, the token counts scaled per forward by
+    ``spec_info.get_spec_adjusted_global_num_tokens``: ``num_draft_tokens`` per request for the verify
+    (``EagleVerifyInput``), ``topk`` for a draft step and ``num_steps + 1`` for the draft extend
+    (``EagleDraftInput.num_tokens_per_req``)). A rank with no batch runs each of them as ``ForwardMode.IDLE``
+    (``draft`` → ``_draft_preprocess_idle``, ``verify`` with IDLE, ``forward_draft_extend_after_decode``, always
+    called under DP attention), so it pays its share of every MoE pass. One lockstep iteration:
+
+    - **decode** (no rank prefills): ``(num_steps − 1)`` draft forwards over ``bs_i × topk`` rows per rank, one
+      target verify over ``bs_i × num_draft_tokens`` rows, one draft extend over ``bs_i × (num_steps + 1)`` rows,
+      each rank's rows attending over its own KV as in `SpeculativeConfig.iteration_time`; CUDA graphs captured
+      per forward with that many tokens per request and replayed at the largest rank's batch
+      (``cuda_graph_runner.py::can_run``: ``max(global_num_tokens) // num_tokens_per_bs`` for EAGLE);
+    - **prefill** (some rank prefills; the others idle, `DpAttentionServer._schedule_speculative`): the target's
+      extend then the draft's extend over the same tokens (``forward_target_extend``, ``forward_draft_extend``).
+
+    ``target`` is the target's `DpAttentionLatency`; ``draft`` the draft's (EAGLE / NEXTN: its layer runs DP
+    attention with the MoE over the gathered tokens like the target) or a `RankLocalLatency` (EAGLE3). The host
+    pass is the verify's (extend: the target's), as for one server."""
+
+    pure_step_time = False  # the server draws accepted lengths per step (no decode runs)
+
+    def __init__(self, config: Any, target: Any, draft: Any, captured_bs: Sequence[int] | None = None) -> None:
+        self.config = config
+        self.target = target
+        self.draft = draft
+        self.verify = target.per_request_tokens(config.num_draft_tokens, captured_bs)
+        self.draft_step = draft.per_request_tokens(config.eagle_topk, captured_bs)
+        self.draft_extend = draft.per_request_tokens(config.num_steps + 1, captured_bs)
+        self.name = f"{target.name}+{config.algorithm.lower()}"
+        self.profile_hash = target.profile_hash
+        self.frontend_s = float(getattr(target, "frontend_s", 0.0))
+
+    def step_time_ranks(self, shapes: Sequence[BatchShape | None]) -> StepTime:
+        if any(s is not None and s.extend_lens for s in shapes):
+            base = self.target.step_time_ranks(shapes)
+            ext = self.draft.step_time_ranks([None if s is None else BatchShape(extend_lens=s.extend_lens,
+                                                                                prefix_lens=s.prefix_lens)
+                                              for s in shapes])
+            return StepTime(base.gpu_s + ext.gpu_s, base.cpu_s)
+        c = self.config
+        draft_rows: list[BatchShape | None] = []
+        verify_rows: list[BatchShape | None] = []
+        extend_rows: list[BatchShape | None] = []
+        for s in shapes:
+            if s is None or not s.num_decode:
+                draft_rows.append(None)
+                verify_rows.append(None)
+                extend_rows.append(None)
+                continue
+            bs, sum_kv = s.num_decode, s.decode_sum_kv
+            rows = bs * c.eagle_topk
+            draft_rows.append(BatchShape(num_decode=rows, decode_sum_kv=rows * max(1, sum_kv // bs)))
+            verify_rows.append(BatchShape(num_decode=bs * c.num_draft_tokens, decode_sum_kv=sum_kv))
+            extend_rows.append(BatchShape(num_decode=bs * (c.num_steps + 1), decode_sum_kv=sum_kv))
+        verify = self.verify.step_time_ranks(verify_rows)
+        gpu = verify.gpu_s + self.draft_extend.step_time_ranks(extend_rows).gpu_s
+        if c.num_steps > 1:
+            gpu += (c.num_steps - 1) * self.draft_step.step_time_ranks(draft_rows).gpu_s
+        return StepTime(gpu, verify.cpu_s)
+
+
+class PerRankSpeculative:
+    """A one-server `SpeculativeDecoding` as the `RankStepModel` of a one-rank `DpAttentionServer` (tests: a
+    one-rank speculative lockstep server must be the plain speculative server)."""
+
+    pure_step_time = False
+
+    def __init__(self, speculative: Any) -> None:
+        self.speculative = speculative
+        self.name = speculative.name
+        self.profile_hash = speculative.profile_hash
+        self.frontend_s = speculative.frontend_s
+
+    def step_time_ranks(self, shapes: Sequence[BatchShape | None]) -> StepTime:
+        (s,) = shapes
+        return self.speculative.step_time(s if s is not None else BatchShape())
 
 
 class PerRankLatency:
@@ -236,6 +380,22 @@ class PerRankLatency:
     def step_time_ranks(self, shapes: Sequence[BatchShape | None]) -> StepTime:
         (s,) = shapes
         return self.latency.step_time(s if s is not None else BatchShape())
+
+
+class BalancedRanks:
+    """A `LatencyModel` for one rank seen alone (the live shadow keeps one twin per DP rank and a twin cannot see
+    the other ranks' batches): every forward priced as if each of the D ranks ran a batch like this one."""
+
+    pure_step_time = True
+
+    def __init__(self, latency: DpAttentionLatency) -> None:
+        self.latency = latency
+        self.name = latency.name
+        self.profile_hash = latency.profile_hash
+        self.frontend_s = latency.frontend_s
+
+    def step_time(self, shape: BatchShape) -> StepTime:
+        return self.latency.step_time_ranks((shape,) * self.latency.dp)
 
 
 class DpAttentionServer:
@@ -256,14 +416,19 @@ class DpAttentionServer:
                  max_running_requests: int | None = None, context_len: int | None = None,
                  tokenize_s: float = 0.0, detokenize_s: float = 0.0, fast: bool = True,
                  signal_finishes: bool = True, speculative: Any = None, **_ignored: Any) -> None:
-        if speculative is not None or settings.speculative_algorithm is not None:
-            raise UserError("--speculative-algorithm", "speculative decoding with DP attention is not modelled",
-                            "drop --speculative-algorithm or --enable-dp-attention")
+        if (settings.speculative_algorithm is None) != (speculative is None):
+            raise ValueError("a speculative DP-attention server needs both --speculative-algorithm in its settings "
+                             "and its SpeculativeDecoding (simcore.speculative.build_speculative), a plain one neither")
         if not hasattr(latency, "step_time_ranks"):
             raise ValueError("a DP-attention server prices its steps with a RankStepModel (step_time_ranks), e.g. "
                              "simcore.dp_attention.DpAttentionLatency")
-        settings = resolve(settings, None) if settings.chunked_prefill_size is None else settings
+        if settings.chunked_prefill_size is None or settings.speculative_algorithm is not None:
+            settings = resolve(settings, None)  # (idempotent; applies what speculation forces: no overlap)
         self.env = env
+        # speculative decoding (simcore.speculative): one SpeculativeDecoding for every rank (its seeded draws,
+        # rank after rank, and the run's accept-length counters); ``latency`` prices the lockstep iterations
+        # (e.g. `DpSpeculativeLatency`)
+        self.spec = speculative
         self.settings = settings
         self.latency = latency
         self.observer = observer
@@ -283,9 +448,10 @@ class DpAttentionServer:
         self.itl_w: list[int] = []
         self.ranks: list[Server] = []
         for _ in range(dp):
-            rk = Server(env, per_rank, kv_capacity_tokens, _NoPricing(), key_unit=key_unit, rng=rng,
+            rk = Server(env, per_rank, kv_capacity_tokens, _NoPricing(speculative), key_unit=key_unit, rng=rng,
                         on_finish=on_finish, max_running_requests=max_running_requests, context_len=context_len,
-                        detokenize_s=detokenize_s, fast=fast, signal_finishes=signal_finishes, _start=False)
+                        detokenize_s=detokenize_s, fast=fast, signal_finishes=signal_finishes,
+                        speculative=speculative, _start=False)
             rk.decode_runs = False  # a run prices one rank's steps alone; lockstep prices all ranks together
             rk.records, rk.itl_vals, rk.itl_w = self.records, self.itl_vals, self.itl_w
             self.ranks.append(rk)
@@ -293,6 +459,7 @@ class DpAttentionServer:
         self.pending: list[tuple[float, int, RequestSpec, simpy.Event]] = []  # not yet at the controller
         self.ahead: deque[float] = deque()
         self.dispatched: dict[str, int] = {}
+        self.pending_rids: set[str] = set()
         self.seq = 0
         self.steps = 0
         self.t = env.now
@@ -331,8 +498,9 @@ class DpAttentionServer:
     def submit(self, spec: RequestSpec, at_s: float | None = None) -> simpy.Event:
         """As `Server.submit`: the request reaches the data-parallel controller at ``arrival_s + tokenize_s``
         (after the serial tokenizer stage), which hands it to a rank at the first pass at or after that time."""
-        if spec.rid in self.dispatched or any(spec.rid == p[2].rid for p in self.pending):
+        if spec.rid in self.pending_rids or any(spec.rid in rk.reqs for rk in self.ranks):
             raise ValueError(f"duplicate request id {spec.rid!r}")
+        self.pending_rids.add(spec.rid)
         ev = self.env.event()
         ready = spec.arrival_s
         if self.tok_req_s > 0 or self.tok_tok_s > 0:
@@ -363,6 +531,7 @@ class DpAttentionServer:
         pend = self.pending
         while pend and pend[0][0] <= t:
             at, _, spec, ev = heapq.heappop(pend)
+            self.pending_rids.discard(spec.rid)
             i = self.dispatcher.dispatch()
             rk = self.ranks[i]
             self.dispatched[spec.rid] = i
@@ -373,11 +542,35 @@ class DpAttentionServer:
             rk.events[spec.rid] = ev
             rk._push_pending(req, at)
 
-    def _report_load(self, i: int) -> None:
-        """A rank streamed outputs: its ``get_load()`` reaches the controller's budget."""
+    def _report_load(self, i: int, finished: int) -> None:
+        """A rank streamed outputs: its ``get_load()`` (``scheduler_metrics_mixin.py``) reaches the controller's
+        budget: ``len(running_batch.reqs)`` + waiting requests, where the requests this batch finished still count
+        (the batch is filtered at the next pass), and used KV tokens (theirs released) + the waiting prompts."""
         rk = self.ranks[i]
         waiting = sum(r.input_len + r.out_len_base for r in rk.waiting)
-        self.dispatcher.update_load(i, rk.num_running + len(rk.waiting), rk.kv.used + waiting)
+        self.dispatcher.update_load(i, rk.num_running + finished + len(rk.waiting), rk.kv.used + waiting)
+
+    def _schedule_speculative(self, t: float) -> list[Any]:
+        """One pass of every rank's ``get_next_batch_to_run`` with speculation and DP attention (0.5.9
+        ``scheduler.py``: "This branch makes sure prefill and decode batches will not be mixed when spec and
+        dp-attn is enabled"): the ranks sync right after ``get_new_batch_prefill`` (``maybe_prepare_mlp_sync_batch``)
+        and, when any rank has a prefill batch, the others run an idle batch (``get_idle_batch``) instead of
+        decoding; only when no rank prefills does every rank with running requests run its speculative decode
+        iteration (`Server._decode_spec`). The prefill half is `Server._schedule`'s (no overlap under
+        speculation, so no EOS zombies)."""
+        ranks = self.ranks
+        prefills: list[Any] = []
+        for rk in ranks:
+            ch = rk.chunked
+            if ch is not None:  # stash_chunked_request
+                ch.node = rk.kv.cache_unfinished(ch.key, ch.extend_end, ch.node, t)
+            full = rk.batch_is_full and not rk.preempt
+            busy = rk.decoding or rk.awaiting_result
+            prefills.append(rk._prefill(t, []) if ch is not None or not (busy and (full or not rk.waiting))
+                            else None)
+        if any(b is not None for b in prefills):
+            return prefills
+        return [rk._decode_spec(t) if rk.decoding else None for rk in ranks]
 
     def _run(self):  # noqa: C901 - Server._run's loop for D ranks at once
         env = self.env
@@ -392,7 +585,7 @@ class DpAttentionServer:
                     rk._apply(due, t)
                     rk.due = None
                     if balance and (due.n_emit or due.prefill_done):
-                        self._report_load(i)
+                        self._report_load(i, len(due.finishers))
             self._dispatch(t)
             for rk in ranks:
                 pend = rk.pending
@@ -401,7 +594,7 @@ class DpAttentionServer:
                     req = heapq.heappop(pend)[2]
                     req.wait_entry_s = req.ingest_s
                     rk.waiting.append(req)
-            batches = [rk._schedule(t) for rk in ranks]
+            batches = [rk._schedule(t) for rk in ranks] if self.spec is None else self._schedule_speculative(t)
             if any(b is not None for b in batches):
                 st = self.latency.step_time_ranks([b.shape if b is not None else None for b in batches])
                 gpu, cpu = st.gpu_s, st.cpu_s
@@ -485,11 +678,16 @@ class DpAttentionServer:
 
 
 class _NoPricing:
-    """The latency slot of a rank `Server`: its steps are priced by the `DpAttentionServer` (never called)."""
+    """The latency slot of a rank `Server`: its steps are priced by the `DpAttentionServer` (never called).
+    ``base`` is the server's `SpeculativeDecoding` when speculative (the rank draws its accepted lengths from it;
+    `Server` wants its latency to be that object or a wrapper of it)."""
 
     name = "dp-rank"
     profile_hash = "none"
     pure_step_time = False
+
+    def __init__(self, base: Any = None) -> None:
+        self.base = base
 
     def step_time(self, shape: BatchShape) -> StepTime:
         raise RuntimeError("a DP-attention rank's steps are priced by its DpAttentionServer")
@@ -510,3 +708,28 @@ def build_dp_attention_latency(model: Any, gpu: Any, settings: ServerSettings, p
                               kv_cache_dtype=s.kv_cache_dtype, parallel=ParallelLayout.from_settings(s, gpu))
     graphs = () if s.disable_cuda_graph else rank_settings(s).cuda_graph_bs or ()
     return DpAttentionLatency(attention, mlp, num_ranks(s), graphs)
+
+
+def build_dp_speculative_latency(speculative: Any, model: Any, gpu: Any, settings: ServerSettings, precision: str,
+                                 *, backend: str = "auto", profile: Any = None) -> DpSpeculativeLatency:
+    """`DpSpeculativeLatency` of a speculative DP-attention server: the target's `DpAttentionLatency`, the
+    draft model (`simcore.speculative.draft_model_spec`) as a DP-attention model too (EAGLE / NEXTN), or at the
+    attention TP size on each rank alone (EAGLE3, `RankLocalLatency`). The draft's MoE has the target's layout
+    (EP, DeepEP): ``--speculative-moe-a2a-backend`` defaults to the target's (0.5.9 ``layers/moe/utils.py``:
+    ``SPECULATIVE_MOE_A2A_BACKEND`` falls back to ``MOE_A2A_BACKEND``). ``speculative`` gives the config."""
+    from simcore.perf import ParallelLayout, build_latency_model
+    from simcore.speculative import draft_model_spec
+
+    s = resolve(settings, gpu.memory_bytes)
+    config = speculative.config
+    target = build_dp_attention_latency(model, gpu, s, precision, backend=backend, profile=profile)
+    draft_spec = draft_model_spec(model, config.algorithm)
+    if config.algorithm == "EAGLE3":
+        atp = attn_tp_size(s)
+        draft: Any = RankLocalLatency(build_latency_model(
+            draft_spec, gpu, atp, precision, backend=backend, profile=profile, kv_cache_dtype=s.kv_cache_dtype,
+            parallel=ParallelLayout(tp_size=atp, gpus_per_node=gpu.gpus_per_node)), target.graph_bs)
+    else:
+        draft = build_dp_attention_latency(draft_spec, gpu, s, precision, backend=backend, profile=profile)
+    captured = () if s.disable_cuda_graph else tuple(s.cuda_graph_bs or ())
+    return DpSpeculativeLatency(config, target, draft, captured)

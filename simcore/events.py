@@ -118,7 +118,15 @@ class ServerConfig(_EventBase):
     disable_radix_cache: bool | None = None
     enable_mixed_chunk: bool | None = None
     disable_overlap_schedule: bool | None = None
+    enable_dp_attention: bool | None = None
     cuda_graph_max_bs: BatchReqs | None = None
+    # speculative decoding as the server resolved it (server_args: ``speculative_algorithm`` 'EAGLE' / 'EAGLE3' /
+    # 'NEXTN' / 'DFLASH' …, as logged; None = off)
+    speculative_algorithm: Text | None = None
+    speculative_num_steps: PositiveTokens | None = None
+    speculative_eagle_topk: PositiveTokens | None = None
+    speculative_num_draft_tokens: PositiveTokens | None = None
+    speculative_draft_model_path: Text | None = None
     available_gpu_mem_gb: Gigabytes | None = Field(default=None, description="free GPU memory after KV allocation, GB")
     kv_cache_size_gb: Gigabytes | None = Field(default=None, description="K size + V size from 'KV Cache is allocated', GB")
     tp_rank: Rank | None = None

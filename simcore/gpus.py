@@ -13,12 +13,12 @@ import re
 from functools import lru_cache
 from importlib import resources
 
-from pydantic import BaseModel, ConfigDict
+from simcore.frozen_model import ConfigDict, FrozenModel
 
 from simcore.errors import UserError
 
 
-class GpuSpec(BaseModel):
+class GpuSpec(FrozenModel):
     """One accelerator model. ``nvlink_bytes_per_s`` is per GPU, one direction (PCIe for NVLink-less cards)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -149,7 +149,7 @@ class KVCache:
             return old_node
         node, dup = old_node, prot
         if key is not None and not old_node.synthetic:
-            dup, node = self.tree.insert(key, target, now)
+            dup, node = self.tree.insert(key, target, now, old_node)  # old_node's path spells key's prefix
             if node.end < prot:  # key shorter than the locked path: keep what the request holds
                 node, dup = old_node, prot
         if node.end < target and (finished or key is None):

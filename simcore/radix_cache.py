@@ -198,8 +198,14 @@ class RadixCache:
     # ---- match / insert -------------------------------------------------------------------------------
     def match_prefix(self, key: Sequence[int], max_prefix_len: int, now: float) -> MatchResult:
         """Longest cached prefix of ``key``, page-aligned, at most ``max_prefix_len`` tokens; touches the path."""
+        node = self.match_node(key, max_prefix_len, now)
+        return MatchResult(node.end, node)
+
+    def match_node(self, key: Sequence[int], max_prefix_len: int, now: float) -> TreeNode:
+        """:meth:`match_prefix` without the result object: the last node of the matched path (its ``end`` is the
+        prefix length; the root when nothing matched)."""
         if self.disable or not key:
-            return MatchResult(0, self.root)
+            return self.root
         key, n, stamp = self._begin_walk(key, max_prefix_len, now)
         node = self.root
         pos = 0
@@ -222,12 +228,19 @@ class RadixCache:
                 self._push(child)
             pos += k
             node = child
-        return MatchResult(node.end, node)
+        return node
 
-    def insert(self, key: Sequence[int], num_tokens: int, now: float) -> tuple[int, TreeNode]:
+    def insert(self, key: Sequence[int], num_tokens: int, now: float,
+               start: TreeNode | None = None) -> tuple[int, TreeNode]:
         """Make the first ``num_tokens`` (floored to page and key unit) of ``key`` present.
 
         Returns (tokens among them that were already in the tree, the last node of the path).
+
+        ``start``: a node whose path from the root is known to spell a prefix of ``key`` (the node a request
+        holds locked after matching or inserting this very key). The walk then stamps that path without
+        comparing keys and goes on from ``start``: the same stamps, splits and nodes as the walk from the
+        root (no split can fall inside a path that ``key`` covers whole), only cheaper. Ignored when the
+        (cut) key ends before ``start``.
         """
         if self.disable or not key:
             return 0, self.root
@@ -236,6 +249,16 @@ class RadixCache:
         pos = 0
         g = self.g
         unit = self.key_unit
+        if start is not None and start is not node and start.end <= n * unit:
+            # the path root → start, stamped as the walk would stamp it (leaves among it enter the heap)
+            node = start
+            while node is not self.root:
+                node.last_access, node.tick = stamp
+                if not node.children and node.lock_ref == 0:
+                    self._push(node)
+                node = node.parent  # type: ignore[assignment]
+            node = start
+            pos = start.end // unit
         while pos < n:
             ck = key[pos] if g == 1 else key[pos:pos + g]
             child = node.children.get(ck)

@@ -1,7 +1,7 @@
 """What the simulator is asked to serve: one request of a workload, independent of its wire format."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +33,16 @@ class RequestSpec:
     ignore_eos: bool = False
     priority: int | None = None
 
+    def with_arrival(self, arrival_s: float) -> "RequestSpec":
+        """This request arriving at ``arrival_s``: ``dataclasses.replace(self, arrival_s=...)`` without going
+        through the field machinery and the checks again (a trace replay retimes every request: ~7 µs each by
+        ``replace``, ~3 µs here)."""
+        new = object.__new__(RequestSpec)
+        for name in _FIELDS:
+            object.__setattr__(new, name, getattr(self, name))
+        object.__setattr__(new, "arrival_s", arrival_s)
+        return new
+
     def __post_init__(self) -> None:
         if self.input_len < 1:
             raise ValueError(f"request {self.rid}: input_len must be >= 1, got {self.input_len}")
@@ -40,3 +50,6 @@ class RequestSpec:
             raise ValueError(f"request {self.rid}: output_len must be >= 1, got {self.output_len}")
         if self.key_unit < 1:
             raise ValueError(f"request {self.rid}: key_unit must be >= 1")
+
+
+_FIELDS = tuple(f.name for f in fields(RequestSpec))

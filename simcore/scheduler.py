@@ -59,17 +59,44 @@ class AddResult(Enum):
 class NewTokenRatio:
     """``NewTokenRatioTracker`` (§2.6): the share of ``max_new_tokens`` the adder reserves for running requests."""
 
-    __slots__ = ("init", "min", "decay", "current")
+    __slots__ = ("init", "min", "decay", "current", "_chains")
 
     def __init__(self, settings: ServerSettings) -> None:
         self.init = settings.initial_new_token_ratio
         self.min = settings.min_new_token_ratio
         self.decay = settings.new_token_ratio_decay
         self.current = self.init
+        # value → (its chain of successive decays, its index there): the decay is a function of the value alone
+        self._chains: dict[float, tuple[list[float], int]] = {}
 
     def decay_step(self) -> None:
         """Called once per decode step that did not retract."""
         self.current = max(self.current - self.decay, self.min)
+
+    def decay_steps(self, n: int) -> None:
+        """:meth:`decay_step` ``n`` times (the same floats), by table: the successive values from a start value are
+        kept, up to the floor, so a decode run of ``n`` steps costs one look-up."""
+        if n <= 0:
+            return
+        cur = self.current
+        hit = self._chains.get(cur)
+        if hit is None:
+            chain: list[float] = [cur]
+            hit = (chain, 0)
+            self._chains[cur] = hit
+        chain, i = hit
+        j = i + n
+        while len(chain) <= j:
+            v = chain[-1]
+            nxt = max(v - self.decay, self.min)
+            if nxt == v:  # the floor: every further step is the identity
+                j = len(chain) - 1
+                break
+            if len(self._chains) >= 100_000:  # (a pathological decay: keep the table bounded)
+                self._chains.clear()
+            self._chains.setdefault(nxt, (chain, len(chain)))
+            chain.append(nxt)
+        self.current = chain[j]
 
     def reset(self) -> None:
         """Scheduler.on_idle(): back to the initial value."""
@@ -301,14 +328,17 @@ class PrefillAdder:
         return -(-n // self.page) * self.page
 
     def budget_state(self) -> AddResult:
-        if self.rem_total <= 0 or self.cur_rem <= 0:
+        avail = self._available()  # rem_total and cur_rem, one look at the pool
+        if avail - self.total_offset <= 0 or avail - self.current_offset <= 0:
             return AddResult.NO_TOKEN
-        if self.rem_input <= 0 or (self.rem_chunk is not None and self.rem_chunk <= 0):
+        rem_chunk = self.rem_chunk
+        if self.rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0):
             return AddResult.OTHER
         return AddResult.CONTINUE
 
     def _update(self, prefix_len: int, extend_len: int, max_new: int) -> None:
-        ext = self._ceil_page(extend_len)
+        page = self.page
+        ext = -(-extend_len // page) * page
         self.total_offset += ext + self.overhead + max_new
         self.current_offset += ext + self.overhead
         self.rem_input -= ext
@@ -345,23 +375,26 @@ class PrefillAdder:
     # -- a waiting request --
     def add_one_req(self, req: SchedReq) -> AddResult:
         """Try to admit ``req`` whose ``prefix_len``/``last_node`` were just refreshed by a match."""
-        cap = self.settings.prefill_max_requests
+        settings = self.settings
+        cap = settings.prefill_max_requests
         if cap is not None and len(self.can_run) >= cap:  # §2.11 (the in-flight chunk counts too)
             return AddResult.OTHER
-        if self.family != "0.4" and req.ignore_eos and self.settings.disable_radix_cache:
+        v04 = self.family == "0.4"
+        if not v04 and req.ignore_eos and settings.disable_radix_cache:
             return self.add_one_req_ignore_eos(req)
         max_new = self.reserve_of(req)
         # the admission test subtracts the outputs already generated (a retracted request's), the reservation
         # does not: it charges min(max_new_tokens, CLIP) (0.5.23 _select_prefill_admission, schedule_policy.py
         # lines 1636, 1685-1703; 0.5.9 add_one_req, lines 791-798)
-        reserve = min(req.max_new, self.clip) if self.family != "0.4" else max_new
+        reserve = min(req.max_new, self.clip) if not v04 else max_new
         extend = req.fill_len - req.prefix_len
         total_tokens = extend + max_new + self.overhead
         self._lock(req.last_node)  # for the test; kept (not released) when admitted: its prefix stays locked
         admitted = False
         try:
-            input_tokens = self._ceil_page(extend)
-            if total_tokens >= self.rem_total:
+            page = self.page
+            input_tokens = -(-extend // page) * page
+            if total_tokens >= self._available() - self.total_offset:  # rem_total
                 return AddResult.NO_TOKEN
             check_input = (not self.settings.chunking_enabled) if self.v0523 else True
             if check_input and self.can_run and input_tokens >= self.rem_input:

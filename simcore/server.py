@@ -241,6 +241,7 @@ class Server(ResultProcessor, DecodeRuns):
         env = self.env
         # first iteration (or the one a restored server resumes with) runs after same-time submits
         yield self._late(self.t - env.now)
+        now = env.now  # SimPy's clock, read again after every yield (it moves only while this process waits)
         while True:
             if self.due is not None:
                 self._apply(self.due, self.t)
@@ -259,8 +260,7 @@ class Server(ResultProcessor, DecodeRuns):
             elif (batch := self._schedule(t)) is not None:
                 self.last_kind = batch.kind
                 if self.decode_runs and batch.kind == "decode":  # priced like a run's steps (same knots)
-                    sh = batch.shape
-                    gpu, cpu = self.run_times.one(sh.num_decode, sh.cuda_graph_bs, sh.decode_sum_kv)
+                    gpu, cpu = self.run_times.one(batch.dec_rows, batch.dec_graph, batch.dec_sum_kv)
                 else:
                     st = self.latency.step_time(batch.shape)
                     gpu, cpu = st.gpu_s, st.cpu_s
@@ -282,7 +282,8 @@ class Server(ResultProcessor, DecodeRuns):
                     batch.gpu_end = self.gpu_free = launch + gpu
                     nxt = batch.emit_s = batch.gpu_end
                     self.due = batch
-                used = self.kv.used
+                kv = self.kv
+                used = kv.private + kv.tree.protected_size  # kv.used
                 if used > self.kv_peak_used:
                     self.kv_peak_used = used
                 if self.observer is not None:
@@ -310,11 +311,12 @@ class Server(ResultProcessor, DecodeRuns):
                     self.idle = True
                     self._wake = env.event()
                     yield self._wake
+                    now = env.now
                     self._wake = None
                     self.idle = False
                     submitted = True
                 if submitted or (pend and not self.waiting):  # (the next submission is what a wake-up brings)
-                    self.t = max(t, pend[0][0], env.now)
+                    self.t = max(t, pend[0][0], now)
                 elif self.waiting:
                     # nothing runs, nothing in flight, yet requests wait: they can never fit
                     self._abort(self.waiting.pop(0), t)
@@ -323,8 +325,9 @@ class Server(ResultProcessor, DecodeRuns):
                     continue
             due = self.due
             if (not self.fast or self.t >= env.peek() or (due is not None and due.finishers and self.signal_finishes)
-                    or self.t < env.now):
-                yield self._late(self.t - env.now)
+                    or self.t < now):
+                yield self._late(self.t - now)
+                now = env.now
 
     def _recv_due(self) -> bool:
         """``SchedulerRecvSkipper.handle(last_forward_mode)``, once per pass: add the weight of the batch the previous
@@ -365,9 +368,12 @@ class Server(ResultProcessor, DecodeRuns):
 
     def _match(self, r: Req, t: float, capped: bool = True) -> None:
         """Admission's match (capped at ``len − 1``) or, ``capped=False``, the scheduling pass's (whole fill)."""
-        kv = self.kv
-        m = kv.match(r.key, r.fill_len, t) if capped else kv.match_full(r.key, r.fill_len, t)
-        r.prefix_len, r.last_node = m.prefix_len, m.node
+        # kv.match (capped at fill − 1) / kv.match_full, without building a MatchResult
+        key = r.key
+        tree = self.kv.tree
+        node = tree.root if key is None else tree.match_node(key, r.fill_len - 1 if capped else r.fill_len, t)
+        r.prefix_len = node.end
+        r.last_node = node
 
     def _prefill(self, t: float, zombies: list[Req]) -> Batch | None:
         """``_get_new_batch_prefill_raw`` (§2.3) with the PrefillAdder (§2.5); None when nothing is admitted."""
@@ -386,8 +392,8 @@ class Server(ResultProcessor, DecodeRuns):
         if self.refresh_on and self.waiting and pol in ("fcfs", "lof", "random"):
             self._touch_waiting(t)
         mixed = s.enable_mixed_chunk and s.chunking_enabled
-        adder = PrefillAdder(s, kv.available, kv.lock, kv.unlock,
-                             self._running_reservation(self.ratio.current), self.ratio.current,
+        ratio = self.ratio.current
+        adder = PrefillAdder(s, kv.available, kv.lock, kv.unlock, self.res.value(ratio), ratio,
                              running_bs if mixed else 0, self.family,
                              running=lambda: (*self.decoding.values(), *self.awaiting_result.values()))
         ch = self.chunked
@@ -462,6 +468,7 @@ class Server(ResultProcessor, DecodeRuns):
         self.bid += 1
         b = Batch(self.bid, "prefill")
         b.prefill_done = []
+        page = self.page
         ext_lens: list[int] = []
         pre_lens: list[int] = []
         for r in adder.can_run:
@@ -479,8 +486,11 @@ class Server(ResultProcessor, DecodeRuns):
                 r.state = "prefill"
             start = r.extend_end
             end = start + n
-            need = self._ceil(end) - self._ceil(start)
-            if not kv.alloc(need):
+            need = n if page == 1 else -(-end // page) * page - -(-start // page) * page  # whole pages
+            if 0 < need <= kv.free:  # KVCache.alloc without eviction, inlined
+                kv.free -= need
+                kv.private += need
+            elif not kv.alloc(need):
                 if not continuation:
                     raise RuntimeError(f"KV pool exhausted admitting {r.rid}: admission budget and pool disagree")
                 # a chunked continuation outgrew the pool: SGLang's add_chunked_req allowed it, its allocation fails
@@ -603,7 +613,22 @@ class Server(ResultProcessor, DecodeRuns):
     def _decode(self, t: float, zombies: list[Req]) -> Batch | None:
         """``update_running_batch`` (§2.7): memory check, retraction, ratio update, one token per request."""
         kv = self.kv
-        need = self._decode_need(zombies)
+        need = len(self.decoding) + len(zombies) if self.page == 1 else self._decode_need(zombies)
+        if kv.free >= need:  # the common case, inlined: no retraction, ratio.decay_step, a new batch
+            ratio = self.ratio
+            current = ratio.current - ratio.decay
+            floor = ratio.min
+            ratio.current = current if current > floor else floor  # max(current − decay, min)
+            self.bid += 1
+            b = Batch(self.bid, "decode")
+            nrows, sum_kv = self._launch_decode_rows(b, zombies, need)
+            # (b.set_decode and _pad, inlined)
+            g = self.graph_bs
+            b._shape = None
+            b.dec_rows = nrows
+            b.dec_sum_kv = sum_kv
+            b.dec_graph = None if not g or nrows > g[-1] else g[bisect.bisect_left(g, nrows)]
+            return b
         retracted: list[str] = []
         if kv.free + kv.tree.evictable_size < need:
             if any(not f.eos for f in self.awaiting_result.values()) and self.overlap:
@@ -629,7 +654,7 @@ class Server(ResultProcessor, DecodeRuns):
             self.ratio.decay_step()
         b = self._new_decode_batch(retracted)
         nrows, sum_kv = self._launch_decode_rows(b, zombies, need)
-        b.shape = BatchShape((), (), nrows, sum_kv, (), self._pad(nrows))
+        b.set_decode(nrows, sum_kv, self._pad(nrows))
         return b
 
     def _abort_decoding(self, t: float) -> None:

@@ -166,6 +166,8 @@ def add_server_flags(group: Any, add: Callable[..., None] | None = None, *, defa
         if sglang_only and not f.sglang and not f.assumption:
             continue
         kw: dict[str, Any] = {"help": f.help}
+        if f.default not in (None, False) and "default" not in f.help.lower():
+            kw["help"] = f"{f.help} (default {f.default})"
         if f.kind == "switch":
             kw["action"] = "store_true"
         elif f.kind == "ints":

@@ -133,13 +133,18 @@ _NO_SHAPE = BatchShape()
 class Batch:
     """One launched forward pass and what applying its result does."""
 
-    __slots__ = ("bid", "kind", "shape", "gpu_end", "emit_s", "prefill_done", "finishers", "n_emit", "newcomers",
-                 "g_after", "retracted")
+    __slots__ = ("bid", "kind", "_shape", "dec_rows", "dec_sum_kv", "dec_graph", "gpu_end", "emit_s",
+                 "prefill_done", "finishers", "n_emit", "newcomers", "g_after", "retracted")
 
     def __init__(self, bid: int, kind: str) -> None:
         self.bid = bid
         self.kind = kind
-        self.shape: BatchShape = _NO_SHAPE  # set by the server when the batch is built
+        # the shape, set by the server when the batch is built; a plain decode batch sets only its three numbers
+        # (``set_decode``) and its BatchShape is made when something asks for it (pricing reads the numbers)
+        self._shape: BatchShape | None = _NO_SHAPE
+        self.dec_rows = 0
+        self.dec_sum_kv = 0
+        self.dec_graph: int | None = None
         self.gpu_end = 0.0
         self.emit_s = 0.0                       # when its tokens reach the client (before detokenize_s)
         # lists start as a shared empty tuple and are replaced by a list on first use (most decode steps
@@ -150,6 +155,25 @@ class Batch:
         self.newcomers: list[Req] = _EMPTY      # decode rows emitting their first decode token since joining
         self.g_after: int | None = None     # decode-launch counter after this batch (None: no decode rows)
         self.retracted: tuple[str, ...] = ()
+
+    @property
+    def shape(self) -> BatchShape:
+        sh = self._shape
+        if sh is None:
+            sh = self._shape = BatchShape((), (), self.dec_rows, self.dec_sum_kv, (), self.dec_graph)
+        return sh
+
+    @shape.setter
+    def shape(self, sh: BatchShape) -> None:
+        self._shape = sh
+        self.dec_rows, self.dec_sum_kv, self.dec_graph = sh.num_decode, sh.decode_sum_kv, sh.cuda_graph_bs
+
+    def set_decode(self, rows: int, sum_kv: int, graph_bs: int | None) -> None:
+        """A decode-only shape: ``rows`` rows over ``sum_kv`` KV tokens, CUDA graph ``graph_bs`` (None: eager)."""
+        self._shape = None
+        self.dec_rows = rows
+        self.dec_sum_kv = sum_kv
+        self.dec_graph = graph_bs
 
     def drop(self, r: Req) -> None:
         """``r`` was retracted while this batch was in flight: its token is discarded."""

@@ -16,7 +16,7 @@ import re
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from simcore.frozen_model import ConfigDict, Field, FrozenModel, field_validator, model_validator
 
 from simcore.errors import UserError
 
@@ -48,7 +48,7 @@ def _version_tuple(version: str) -> tuple[int, int, int]:
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 
-class ServerSettings(BaseModel):
+class ServerSettings(FrozenModel):
     """The scheduler- and memory-relevant flags of one SGLang server (one TP group)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -164,6 +164,10 @@ class ServerSettings(BaseModel):
         if self.enable_dp_attention and self.tp_size % self.dp_size:
             raise UserError("dp_size", f"--enable-dp-attention needs a --dp-size dividing --tp-size "
                             f"{self.tp_size}, got {self.dp_size}", "set --dp-size to a divisor of --tp-size")
+        if self.enable_dp_attention and self.scheduler_recv_interval > 1:
+            # 0.5.9 scheduler_recv_skipper.py SchedulerRecvSkipper.__init__: "assert not server_args.enable_dp_attention"
+            raise UserError("scheduler_recv_interval", "SGLang does not run --scheduler-recv-interval > 1 with "
+                            "--enable-dp-attention", "drop one of them")
         if self.enable_mixed_chunk and cps is not None and cps <= 0:
             raise UserError("enable_mixed_chunk", "mixed chunk requires chunked prefill",
                             "set --chunked-prefill-size or drop --enable-mixed-chunk")

@@ -241,7 +241,7 @@ class TraceReplay(_Workload):
             if delay > 0:
                 now = now + delay
             at = float(now)
-            out.append((at, r if r.arrival_s == at else dataclasses.replace(r, arrival_s=at)))
+            out.append((at, r if r.arrival_s == at else r.with_arrival(at)))
         return out
 
     def start(self, env: simpy.Environment, server: Server) -> simpy.Process:

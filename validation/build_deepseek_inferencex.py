@@ -42,6 +42,15 @@ and 4 ``cfg720`` rows; nvfp4 without 1024×8192: TP4/EP4 at C 4…128, 12 ``cfg7
 rows), launched by ``dsr1_fp8_b300.sh`` / ``dsr1_fp4_b300.sh`` with the B200 scripts' flags (unchanged in that
 window); there was no B300 EAGLE configuration then.
 
+**The B300 runs' prompts were ~5× longer on the server than the client counted.** The v0.5.10.post1 image pins
+``transformers==5.3.0``, which loads DeepSeek-R1's tokenizer with a ``Metaspace`` pre-tokenizer and a non-byte-level
+decoder; the server repairs its copy, InferenceX's client repaired its own only for a local ``--model`` directory
+(``_fix_tokenizer_for_sglang`` @ef01c2205) while the B300 scripts passed the Hub id, until @5fe6d56ee (2026-05-15,
+"~5x client/server tokenizer mismatch"). The client's random prompts (decoded from random ids and re-encoded
+until the client counts ``isl``-range tokens) then reach the server as ``TOKEN_FACTOR[isl]`` times as many tokens,
+reproduced with transformers 5.3.0 by ``validation/client_tokenizer_inflation.py`` (its docstring). B300 rows get
+that factor in ``server_tokens_per_prompt_token``; B200 0.5.9 (transformers 4.57.1) rows are unaffected.
+
 A measurement filed twice (same configuration and load, TTFT and TPOT equal to 1e-15 relative) is kept once.
 Each output row names its configuration in ``deployment_note``.
 
@@ -79,6 +88,9 @@ OUT = ROOT / "sglang_deepseek_inferencex.csv"
 OUT_EAGLE = ROOT / "sglang_deepseek_inferencex_eagle.csv"  # the EAGLE configuration's rows (slow to simulate)
 PLAIN_CONFIG_ID = "_cfg87"  # dsr1-fp8-b200-sglang's 11 TP8 points (isl×osl×C as in nvidia-master.yaml @12ba0ae07)
 RANGE_RATIO = "0.8"
+# server tokens per client-counted prompt token on the B300 0.5.10.post1 runs, by isl (client_tokenizer_inflation.py:
+# Σ server / Σ client tokens over 80 prompts of sample_random_requests, seed 0, range ratio 0.8)
+TOKEN_FACTOR = {"1024": "5.16", "8192": "5.18"}
 NOT_SIMULATED = {
     "fp8": "--enable-flashinfer-allreduce-fusion --attention-backend trtllm_mla --moe-runner-backend "
            "flashinfer_trtllm --quantization fp8 --data-parallel-size 1",
@@ -178,12 +190,14 @@ def build(source: Path) -> tuple[list[str], list[dict[str, str]], dict[str, int]
         r["seed"] = "0"
         r["num_requests"] = str(10 * c)
         r["warmup_requests"] = str(2 * c)
+        r["server_tokens_per_prompt_token"] = TOKEN_FACTOR[r["isl"]] if r["gpu"] == "b300_sxm" else ""
         r["deployment_note"] = f"{cfg}; not simulated: {NOT_SIMULATED[r['precision']]}"
         if cfg.endswith("-mtp"):
             r["deployment_note"] += " SGLANG_ENABLE_SPEC_V2=1 --fp8-gemm-backend flashinfer_trtllm --use-chat-template"
         counts[cfg] = counts.get(cfg, 0) + 1
         (eagle if cfg.endswith("-mtp") else out).append(r)
-    extra = [f for f in ("client", "random_range_ratio", "seed", "warmup_requests", "deployment_note")
+    extra = [f for f in ("client", "random_range_ratio", "seed", "warmup_requests", "server_tokens_per_prompt_token",
+                         "deployment_note")
              if f not in fields]
     return fields + extra, out, counts, eagle
 

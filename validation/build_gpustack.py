@@ -80,9 +80,10 @@ def _simulated_flags() -> set[str]:
     root = str(HERE.parent)
     if root not in _sys.path:
         _sys.path.insert(0, root)
-    from simcore.server_flags import SERVER_FLAGS
+    from simcore.server_flags import SERVER_FLAGS, SGLANG_ABBREVIATIONS
 
-    return {f.flag for f in SERVER_FLAGS if f.sglang}
+    # and the abbreviations SGLang's argparse accepts (`--dp 8`), kept as typed
+    return {f.flag for f in SERVER_FLAGS if f.sglang} | set(SGLANG_ABBREVIATIONS)
 
 
 # The SGLang flags `shadowsim predict` models (simcore.server_flags): they travel in the `server_args` column.

@@ -21,7 +21,7 @@ from simcore.errors import UserError
 from simcore.request import RequestSpec
 from simcore.server_flags import add_server_flags, settings_fields
 
-TRACE_FORMATS = ("auto", "mooncake", "azure", "sharegpt", "jsonl")
+TRACE_FORMATS = ("auto", "mooncake", "azure", "sharegpt", "jsonl", "native")  # native = jsonl (the API's name)
 
 # Options `sweep` may take as lists (its axes): dest -> element type
 SWEEPABLE: dict[str, Callable[[str], Any]] = {
@@ -30,17 +30,18 @@ SWEEPABLE: dict[str, Callable[[str], Any]] = {
 }
 
 
-def comma_list(kind: Callable[[str], Any], name: str) -> Callable[[str], list[Any]]:
-    """argparse ``type=`` for ``a,b,c``: a non-empty list of ``kind`` values, in the given order, no repeats."""
+def comma_list(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
+    """argparse ``type=`` for ``a,b,c``: a non-empty list of ``kind`` values, in the given order, no repeats.
+    (argparse puts the option's name in front of the message.)"""
 
     def parse(text: str) -> list[Any]:
         items = [t.strip() for t in text.split(",") if t.strip()]
         if not items:
-            raise argparse.ArgumentTypeError(f"{name}: give at least one value")
+            raise argparse.ArgumentTypeError("give at least one value")
         try:
             values = [kind(t) for t in items]
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not a comma-separated list of "
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of "
                                              f"{getattr(kind, '__name__', 'value')}s") from None
         return list(dict.fromkeys(values))  # a repeated value would only repeat a point
 
@@ -55,7 +56,7 @@ def add_point_arguments(p: argparse.ArgumentParser, lists: frozenset[str] = froz
         if dest in lists:
             kind = kw.pop("type", str)
             choices = kw.pop("choices", None)
-            kw["type"] = comma_list(kind, flag)
+            kw["type"] = comma_list(kind)
             kw["help"] = kw["help"] + " — comma-separated list to sweep"
             if choices is not None:
                 kw["help"] += f" (from {', '.join(choices)})"
@@ -79,9 +80,10 @@ def add_point_arguments(p: argparse.ArgumentParser, lists: frozenset[str] = froz
     w = p.add_argument_group("workload")
     w.add_argument("--trace", default=None, metavar="PATH", help="replay a trace file")
     w.add_argument("--trace-format", default="auto", choices=TRACE_FORMATS,
-                   help="trace format (auto: .csv = azure, JSON lines by their keys; jsonl = shadowsim native)")
+                   help="trace format (auto: .csv = azure, JSON lines by their keys; jsonl or native = shadowsim's "
+                        "native JSONL, docs/workloads.md)")
     w.add_argument("--trace-limit", type=int, default=None, help="use only the first N requests of the trace")
-    w.add_argument("--time-scale", type=float, default=1.0, help="simulated seconds per trace second")
+    w.add_argument("--time-scale", type=float, default=1.0, help="simulated seconds per trace second (default 1.0; 2.0 plays the trace at half speed)")
     add(w, "--concurrency", type=int, default=None, help="closed loop: number of clients")
     add(w, "--request-rate", type=float, default=None, help="open loop: requests per second (Poisson)")
     w.add_argument("--num-requests", type=int, default=None,
@@ -114,17 +116,17 @@ def add_point_arguments(p: argparse.ArgumentParser, lists: frozenset[str] = froz
 
 def settings_from_args(args: argparse.Namespace, gpu_mem: int) -> Any:
     """ServerSettings from the flags, resolved for a GPU of ``gpu_mem`` bytes; bad values → UserError."""
-    from pydantic import ValidationError
-
+    from simcore.frozen_model import FieldError
     from simcore.settings import ServerSettings, resolve
 
     try:
         # --max-total-tokens sizes the pool in simulate_point, not through the settings
         s = ServerSettings(tp_size=args.tp, **settings_fields(args, skip=("max_total_tokens",)))
-    except ValidationError as exc:
+    except FieldError as exc:
         err = exc.errors()[0]
         field = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "settings"
-        raise UserError(field, err["msg"], "see shadowsim predict --help") from None
+        msg = err["msg"] if exc.input is None else f"{err['msg']}, got {exc.input!r}"
+        raise UserError(field, msg, exc.hint or "see shadowsim predict --help") from None
     return resolve(s, gpu_mem)
 
 
@@ -322,6 +324,11 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         kv_cache_dtype=settings.kv_cache_dtype, parallel=ParallelLayout.from_settings(settings, gpu)), args.seed)
     if speculative is not None:  # it prices the steps: target + draft
         latency = speculative
+        if settings.enable_dp_attention:  # every rank's draft + verify in lockstep (simcore.dp_attention)
+            from simcore.dp_attention import build_dp_speculative_latency
+
+            latency = build_dp_speculative_latency(speculative, model, gpu, settings, precision,
+                                                   backend=args.latency_backend, profile=profile)
     ctx = settings.context_length or model.context_length
     if args.max_total_tokens is not None:
         if args.max_total_tokens < 2:

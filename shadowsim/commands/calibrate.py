@@ -79,7 +79,10 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {}
     sources: list[str] = []
     if args.from_tables:
-        gpus = [load_gpu(g).name for g in args.from_tables.split(",") if g.strip()]
+        try:
+            gpus = [load_gpu(g).name for g in args.from_tables.split(",") if g.strip()]
+        except UserError as exc:  # load_gpu names --gpu; here the GPUs come from --from-tables
+            raise UserError("--from-tables", str(exc).removeprefix(f"{exc.field}: ")) from None
         missing = [g for g in gpus if g not in tables_dir_names()]
         if missing:
             raise UserError("--from-tables", f"no measured tables for {', '.join(missing)}",

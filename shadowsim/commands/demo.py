@@ -28,7 +28,8 @@ from simcore.errors import UserError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=60.0, help="seconds of emulated traffic (default 60, minimum 10; the slowdown starts at 40 %% of it and its drift "
                    "needs about 10 s to show, so use 30 or more to see it)")
-    p.add_argument("--metrics-port", type=int, default=9400, help="port of /metrics and /healthz (default 9400)")
+    p.add_argument("--metrics-port", type=int, default=9400,
+                   help="port of /metrics and /healthz (default 9400; 0 = any free port)")
     p.add_argument("--no-ui", action="store_true", help="print a one-line status every few seconds instead of the "
                    "live table (also the default when stdout is not a terminal)")
     p.add_argument("--seed", type=int, default=7, help="seed of the emulated noise (default 7)")

@@ -2,7 +2,7 @@
 
 The server is modelled as SGLang schedules it (prefill-first batches, chunked prefill, RadixAttention prefix
 cache with LRU eviction, new_token_ratio admission, retraction, overlap scheduling, decode CUDA-graph padding);
-GPU step times come from the measured per-op tables (H100/H200/A100/B200/L40S) or a roofline model.
+GPU step times come from the measured per-op tables (H100/H200/A100/B200/B300/L40S) or a roofline model.
 
 Workload: either a trace (--trace; Mooncake, Azure, ShareGPT-style or shadowsim's native JSONL), a closed loop
 (--concurrency N clients sending back-to-back requests) or an open loop (--request-rate R requests/s, Poisson).

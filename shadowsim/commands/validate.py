@@ -19,8 +19,9 @@ response is back (aiperf's phase barrier), 20 × concurrency measured requests (
 all start together. bench_serving: SGLang's random dataset with the version's length rules and
 --random-range-ratio, Poisson at request_rate (or all at once, with concurrency as --max-concurrency). poisson
 (default with a request_rate): Poisson arrivals with the row's length_dist. Rows that cannot be simulated
-(unknown model or GPU, DP attention) are listed as skipped with the reason; they never stop
-the run. A bad server_args flag is a one-line error naming the row and the flag. See docs/accuracy.md §3.1, §3.8.
+(unknown model or GPU, no workload, an `unsupported` reason in the file) are listed as skipped with the reason;
+they never stop the run (DP-attention rows are simulated: simcore/dp_attention.py). A bad server_args flag is a
+one-line error naming the row and the flag. See docs/accuracy.md §3.1, §3.8.
 
 Examples:
   shadowsim validate ../shared/data/validation/sglang_qwen3_32b_h100.csv

@@ -51,11 +51,17 @@ def live_screen(view: ShadowView, elapsed_s: float, duration_s: float, port: int
     return CLEAR + "\n".join(lines) + "\n"
 
 
+def _window_pct(v: InstanceView, metric: str) -> str:
+    """Free-running MAPE of ``metric``, or "-" while the window holds no finished request (as /metrics)."""
+    return _pct(v.mape["free"][metric]) if v.window_counts.get("free", {}).get(metric, 0) else "   -  "
+
+
 def status_line(view: ShadowView, elapsed_s: float) -> str:
-    parts = [f"{v.instance} ttft-err {_pct(v.mape['free']['ttft'])} tpot-err {_pct(v.mape['free']['tpot'])}"
+    parts = [f"{v.instance} ttft-err {_window_pct(v, 'ttft')} tpot-err {_window_pct(v, 'tpot')}"
              f"{' DRIFT(' + ','.join(k for k, on in v.drift.items() if on) + ')' if any(v.drift.values()) else ''}"
              for v in view.instances]
-    return f"[demo t={elapsed_s:5.1f}s records={view.records_processed}] " + "; ".join(parts)
+    # before the first event (t < 0 during the broker's warm-up) there is no twin yet
+    return f"[demo t={elapsed_s:5.1f}s records={view.records_processed}] " + ("; ".join(parts) or "waiting for events")
 
 
 def summary(view: ShadowView, t0_ts: float, slow: str, slow_at_s: float) -> str:

@@ -189,7 +189,11 @@ def load_config(path: Path | str | None, overrides: dict[str, Any] | None = None
         try:
             loaded = yaml.safe_load(p.read_text()) or {}
         except yaml.YAMLError as exc:
-            raise UserError("--config", f"{p} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+            # the problem and where (1-based line/column), not the first of PyYAML's lines ("while parsing ...")
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise UserError("--config", f"{p} is not valid YAML{where}: {what}") from exc
         except UnicodeDecodeError:
             raise UserError("--config", f"{p} is not a text file", "give a shadow.yaml (see docs/shadow.md)") from None
         if not isinstance(loaded, dict):

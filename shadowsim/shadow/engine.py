@@ -30,8 +30,14 @@ _CONFIG_TO_SETTINGS = {
     "max_running_requests": "max_running_requests", "schedule_policy": "schedule_policy",
     "context_len": "context_length", "disable_radix_cache": "disable_radix_cache",
     "enable_mixed_chunk": "enable_mixed_chunk", "disable_overlap_schedule": "disable_overlap_schedule",
-    "cuda_graph_max_bs": "cuda_graph_max_bs",
+    "cuda_graph_max_bs": "cuda_graph_max_bs", "enable_dp_attention": "enable_dp_attention",
+    "speculative_num_steps": "speculative_num_steps", "speculative_eagle_topk": "speculative_eagle_topk",
+    "speculative_num_draft_tokens": "speculative_num_draft_tokens",
+    "speculative_draft_model_path": "speculative_draft_model_path",
 }
+# speculative_algorithm values the server loop simulates (simcore.settings.ServerSettings); the server logs the
+# resolved name (0.5.9 _handle_speculative_decoding turns NEXTN into EAGLE)
+SIMULATED_SPECULATIVE = ("EAGLE", "EAGLE3", "NEXTN", "MTP")
 
 
 @dataclass
@@ -188,6 +194,28 @@ def build_settings(cfg: InstanceConfig, server_config: dict[str, Any]) -> Server
     for src, dst in _CONFIG_TO_SETTINGS.items():
         if server_config.get(src) is not None:
             data[dst] = server_config[src]
+    if data.get("enable_dp_attention") and server_config.get("dp_size") is not None:
+        # the DP-attention size sizes each rank's pool and step; a plain DP server's replicas are whole servers,
+        # one twin each (ranks.py), so dp_size stays out of their settings
+        data["dp_size"] = server_config["dp_size"]
+        cps = server_config.get("chunked_prefill_size")
+        if cps is not None and cps > 0:
+            # SGLang logs server_args after _handle_data_parallelism divided the chunk by dp_size; the server's
+            # own value (what its memory reserve was sized with) is dp times it (rank_settings divides it again)
+            data["chunked_prefill_size"] = int(cps) * int(data["dp_size"])
+    algorithm = server_config.get("speculative_algorithm")
+    if algorithm is not None:
+        name = str(algorithm).upper()
+        if name in SIMULATED_SPECULATIVE:
+            data["speculative_algorithm"] = name
+        else:  # e.g. DFLASH, NGRAM: the twin decodes one token per step, and says so once
+            for k in [k for k in data if k.startswith("speculative_")]:
+                del data[k]
+            key = (str(server_config.get("model") or cfg.model), None, 0, f"speculative {name}")
+            if key not in _WARNED and len(_WARNED) < 1000:
+                _WARNED.add(key)
+                log.warning("speculative_algorithm %s is not simulated (simulated: %s); the twin of %s decodes "
+                            "without speculation", name, ", ".join(SIMULATED_SPECULATIVE), key[0])
     gpu = _gpu_spec(cfg, server_config)
     return resolve(ServerSettings.model_validate(data), gpu.memory_bytes if gpu is not None else None)
 
@@ -212,6 +240,41 @@ def kv_capacity_tokens(cfg: InstanceConfig, server_config: dict[str, Any], setti
     return FALLBACK_KV_TOKENS
 
 
+def dp_rank_model(cfg: InstanceConfig, server_config: dict[str, Any], settings: ServerSettings,
+                  latency: LatencyModel) -> tuple[ServerSettings, LatencyModel]:
+    """The scheduler settings and step price of one attention-DP rank of a DP-attention server.
+
+    Settings: `simcore.dp_attention.rank_settings` (chunked prefill ÷ dp, conservativeness × 0.3, CUDA graphs at
+    multiples of the attention TP size; `build_settings` turned a reported per-rank chunk back into the server's).
+    Price: with the perf
+    backend, `simcore.dp_attention.DpAttentionLatency` for the model/GPU, each forward priced as if every rank ran
+    a batch like this twin's (the other ranks are other twins: their batches are not visible here); with a linear
+    model, that model for the rank's own batch."""
+    from simcore.dp_attention import (BalancedRanks, build_dp_attention_latency,  # noqa: PLC0415
+                                      rank_settings)
+
+    rank = rank_settings(settings)
+    if isinstance(latency, LinearLatencyModel):
+        return rank, latency
+    from simcore.perf.profile import CalibrationProfile  # noqa: PLC0415
+
+    gpu = _gpu_spec(cfg, server_config)
+    model = str(server_config.get("model") or cfg.model)
+    from simcore.models import load_model  # noqa: PLC0415
+
+    key = (model, gpu.name, settings, cfg.precision, str(cfg.profile))
+    if key not in _DP_CACHE:  # the D twins of one server share one (pure, memoizing) model
+        if len(_DP_CACHE) >= 64:  # keys come from the event stream: a cache, bounded
+            _DP_CACHE.clear()
+        prof = CalibrationProfile.load(cfg.profile) if cfg.profile is not None else None
+        _DP_CACHE[key] = BalancedRanks(build_dp_attention_latency(load_model(model), gpu, settings, cfg.precision,
+                                                                  profile=prof))
+    return rank, _DP_CACHE[key]
+
+
+_DP_CACHE: dict[tuple[str, str, ServerSettings, str, str], LatencyModel] = {}
+
+
 class SimEngine:
     """Wraps a ``simcore.server.Server`` for the twin (see ``shadowsim.shadow.twin.Engine``)."""
 
@@ -223,6 +286,13 @@ class SimEngine:
         self.settings = build_settings(cfg, server_config)
         self.key_unit = cfg.key_unit
         self.base_latency = build_latency(cfg, server_config)
+        # DP attention: this twin is one attention-DP rank (shadowsim/shadow/ranks.py keeps one per rank), a rank
+        # scheduler of simcore.dp_attention with the per-rank pool and its rank's own forward priced in lockstep
+        self.server_settings = self.settings
+        self.dp_ranks = 1
+        if self.settings.enable_dp_attention:
+            self.settings, self.base_latency = dp_rank_model(cfg, server_config, self.settings, self.base_latency)
+            self.dp_ranks = self.server_settings.dp_size
         # speculative decoding (settings speculative_algorithm): the unscaled model prices its iterations, the
         # factors scale them (decode) and its prefills (prefill); the acceptance follows the log (set_acceptance)
         self.speculative = build_twin_speculative(cfg, server_config, self.settings, self.base_latency)
@@ -231,7 +301,7 @@ class SimEngine:
         self.latency = ScaledLatencyModel(self.base_latency)
         self.graph_sizes = tuple(self.settings.cuda_graph_bs or ())
         self.overlap = not self.settings.disable_overlap_schedule
-        self.kv_capacity = kv_capacity_tokens(cfg, server_config, self.settings)
+        self.kv_capacity = kv_capacity_tokens(cfg, server_config, self.server_settings)
         self._seed = cfg.seed
         self._future: list[tuple[float, int, dict[str, Any]]] = []  # (arrival_rel, arrival order, spec fields)
         self._future_rids: set[str] = set()  # the request ids in _future
@@ -390,7 +460,9 @@ class SimEngineFactory:
         it before taking a ``server_config`` event, so such an event is rejected instead of breaking every later
         engine build and every restore."""
         settings = build_settings(cfg, server_config)
-        build_latency(cfg, server_config)
+        latency = build_latency(cfg, server_config)
+        if settings.enable_dp_attention:
+            dp_rank_model(cfg, server_config, settings, latency)
         kv_capacity_tokens(cfg, server_config, settings)
 
 

@@ -132,9 +132,12 @@ class ShadowRuntime:
             return
         self._last_status = now
         v = self.view()
-        parts = [f"{i.instance}: lag {i.shadow_lag_s or 0:.1f}s ttft-mape {i.mape['free']['ttft']:.0%}"
+        # no finished request in the window: no MAPE yet ("-"), as /metrics leaves the gauge out
+        parts = [f"{i.instance}: lag {i.shadow_lag_s or 0:.1f}s ttft-mape "
+                 + (f"{i.mape['free']['ttft']:.0%}" if i.window_counts.get('free', {}).get('ttft', 0) else "-")
                  for i in v.instances]
-        print(f"[shadowsim] {v.records_processed} records; " + "; ".join(parts), file=sys.stderr, flush=True)
+        print(f"[shadowsim] {v.records_processed} records; " + ("; ".join(parts) or "no twin yet"), file=sys.stderr,
+              flush=True)
 
     def run(self, *, stop: threading.Event | None = None, idle_timeout_s: float | None = None,
             max_records: int | None = None, status: bool = False,

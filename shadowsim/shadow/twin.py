@@ -179,6 +179,8 @@ class InstanceTwin:
 
     def _on_config(self, ev: ServerConfig) -> None:
         self.server_config.update(self._config_fields(ev))
+        if ev.speculative_num_steps is not None:  # the server's resolved draft depth bounds the accepted length
+            self.acceptance.max_len = ev.speculative_num_steps + 1
 
     def _still_simulated(self, rid: str) -> bool:
         """A request the twin has forgotten (expired) that its simulator still runs or queues (an overloaded

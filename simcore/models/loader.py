@@ -9,7 +9,6 @@ guessed at: a silently wrong layer count would poison every prediction.
 """
 from __future__ import annotations
 
-import difflib
 import json
 from functools import lru_cache
 from importlib import resources
@@ -221,18 +220,21 @@ def load_model(name_or_path: str) -> ModelSpec:
             raise UserError("--model", f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
         return spec_from_config(cfg, path.parent.name or path.stem)
     key = name_or_path.strip().lower()
+    if key in _catalogue():  # the exact id: no alias index to build (start-up)
+        return _load_catalogued(key)
     idx = _alias_index()
-    hit = key if key in _catalogue() else None
-    if hit is None:
-        for a in _aliases(key):
-            if a in idx:
-                hit = idx[a]
-                break
+    hit = None
+    for a in _aliases(key):
+        if a in idx:
+            hit = idx[a]
+            break
     if hit is None:
         reason = not_modelled().get(key)
         if reason is not None:
             raise UserError("--model", f"{name_or_path}: not in the catalogue: {reason}",
                             "`shadowsim models` lists the models that can be simulated")
+        import difflib
+
         close = difflib.get_close_matches(key, list(idx), n=3, cutoff=0.5)
         hint = "did you mean " + ", ".join(_canonical(idx[c]) for c in close) + "?" if close else \
             "give a local config.json path; `shadowsim models` lists the catalogue"

@@ -5,7 +5,7 @@ elements); byte sizes come from the methods, which take the precision explicitly
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from simcore.frozen_model import ConfigDict, FrozenModel
 
 from simcore.errors import UserError
 
@@ -54,7 +54,7 @@ def normalize_precision(precision: str) -> str:
     return p
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(FrozenModel):
     """Architecture of one decoder-only LLM.
 
     Attention: ``num_heads`` query heads of ``head_dim``; ``num_kv_heads`` KV heads; ``v_head_dim`` (differs

@@ -15,16 +15,17 @@ import hashlib
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from simcore.frozen_model import ConfigDict, Field, FieldError, FrozenModel
 
 from simcore.errors import UserError
 
 # Factors added after the first profiles were written; 0.0 (their default) leaves a profile's hash unchanged.
-_LATE_FACTORS = ("frontend_s", "gpu_per_req_s_by_version", "launch_s_per_mla_layer")
+_LATE_FACTORS = ("frontend_s", "gpu_per_req_s_by_version", "launch_s_per_mla_layer", "extend_s_per_layer",
+                 "extend_s_per_layer_by_version")
 OP_CLASSES = ("gemm", "context_attention", "generation_attention", "communication", "moe", "elementwise")
 
 
-class FitStat(BaseModel):
+class FitStat(FrozenModel):
     """Running sums for one ratio factor: k = sxy / sxx with x = predicted, y = measured."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -33,7 +34,7 @@ class FitStat(BaseModel):
     n: int = 0
 
 
-class CalibrationProfile(BaseModel):
+class CalibrationProfile(FrozenModel):
     """Correction factors applied by the step-latency model.
 
     - ``op_scale[c]``: multiplies every op of class c (see OP_CLASSES);
@@ -55,6 +56,11 @@ class CalibrationProfile(BaseModel):
       whose decode step does more per-row work outside the overlapped part of the loop than the versions
       ``gpu_per_req_s`` was fitted on; a server of version v uses the entry with the smallest key ≥ v, else
       ``gpu_per_req_s`` (`for_version`; docs/accuracy.md §3.11).
+    - ``extend_s_per_layer``: GPU-stream time added per layer to every step that computes prompt tokens (prefill
+      or mixed: an eager forward), on top of the tables' kernels; 0 for the versions the tables were measured on.
+    - ``extend_s_per_layer_by_version``: ``{last version: seconds}`` for it, resolved like
+      ``gpu_per_req_s_by_version`` (`for_version`): SGLang 0.4.0's eager extend forward costs ~0.23 ms more per
+      layer than the 0.5.x-measured tables (docs/accuracy.md §3.11).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -72,6 +78,8 @@ class CalibrationProfile(BaseModel):
     gpu_per_req_s: float = 0.0
     frontend_s: float = 0.0
     gpu_per_req_s_by_version: dict[str, float] = Field(default_factory=dict)
+    extend_s_per_layer: float = 0.0
+    extend_s_per_layer_by_version: dict[str, float] = Field(default_factory=dict)
     # Roofline efficiencies (fraction of peak reached), measured on the tabulated GPUs.
     roofline: dict[str, float] = Field(default_factory=dict)
     fit_stats: dict[str, FitStat] = Field(default_factory=dict)
@@ -91,17 +99,19 @@ class CalibrationProfile(BaseModel):
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     def for_version(self, sglang_version: str) -> "CalibrationProfile":
-        """The profile as it applies to a server of ``sglang_version``: ``gpu_per_req_s`` replaced by the
-        ``gpu_per_req_s_by_version`` entry with the smallest last-version key ≥ the version (itself when none)."""
+        """The profile as it applies to a server of ``sglang_version``: ``gpu_per_req_s`` and
+        ``extend_s_per_layer`` replaced by the entries of their ``…_by_version`` tables with the smallest
+        last-version key ≥ the version (itself when neither table has one)."""
         from simcore.settings import _version_tuple
 
-        if not self.gpu_per_req_s_by_version:
-            return self
         v = _version_tuple(sglang_version)
-        keys = sorted((_version_tuple(k), k) for k in self.gpu_per_req_s_by_version if _version_tuple(k) >= v)
-        if not keys:
-            return self
-        return self.model_copy(update={"gpu_per_req_s": self.gpu_per_req_s_by_version[keys[0][1]]})
+        update: dict[str, float] = {}
+        for field, table in (("gpu_per_req_s", self.gpu_per_req_s_by_version),
+                             ("extend_s_per_layer", self.extend_s_per_layer_by_version)):
+            keys = sorted((_version_tuple(k), k) for k in table if _version_tuple(k) >= v)
+            if keys:
+                update[field] = table[keys[0][1]]
+        return self.model_copy(update=update) if update else self
 
     def to_json(self) -> str:
         data = self.model_dump()
@@ -134,7 +144,7 @@ class CalibrationProfile(BaseModel):
         stored = data.pop("profile_hash", None)
         try:
             prof = cls(**data)
-        except ValidationError as exc:
+        except FieldError as exc:
             err = exc.errors()[0]
             raise UserError("--profile", f"{p}: {'.'.join(map(str, err['loc'])) or 'profile'}: {err['msg']}",
                             "give a PROFILE.json from `shadowsim calibrate`") from None

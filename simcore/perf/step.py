@@ -273,6 +273,8 @@ class StepLatencyModel:
             # Eager mode: the CPU launches ~15 kernels per layer; a short step cannot beat its launches. An MLA +
             # MoE layer dispatches far more host-side ops (profile.launch_s_per_mla_layer, docs/accuracy.md §3.12).
             gpu = max(gpu, L * self._launch_per_layer)
+        if n_ext:  # per-version cost of an extend (eager) forward beyond the tables (profile.extend_s_per_layer)
+            gpu += L * prof.extend_s_per_layer
         gpu += prof.step_overhead_s + prof.gpu_per_req_s * n_req
         return StepTime(gpu, cpu)
 

@@ -20,6 +20,8 @@ import hashlib
 import math
 import os
 import pickle
+import zlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -284,9 +286,19 @@ def tables_digest(gpu: str) -> str:
 
 
 # ---- binary cache of built tables (start-up) -------------------------------------------------------------
-# Building a GPU's grids (hole filling, smoothing) costs ~0.5 s of CPU; unpickling them ~5 ms. The edge (CLI,
-# benchmarks) names a cache folder with `use_cache_dir`; the core never looks one up by itself (no environment).
-_CACHE_FORMAT = 1
+# Building a GPU's grids (hole filling, smoothing) costs ~0.5 s of CPU (and numpy's import); reading them back
+# ~1 ms plus ~0.3 ms per table a run uses. The edge (CLI, benchmarks) names a cache folder with `use_cache_dir`;
+# the core never looks one up by itself (no environment).
+#
+# One file per GPU, ``tables-<gpu>-<table digest>-<code digest>.pickle``: the magic, the header length (8 bytes,
+# little endian), the header (a pickle: format, GPU, table digest, and per table its offset, length and CRC-32),
+# then each table pickled on its own. A process unpickles the header, the all-reduce and MoE tables, and of the
+# per-dtype tables only those it asks for (`_LazyTables`): a bf16 Llama run reads 3 of the 11. A file that is short, of another format or digest, or whose
+# header does not unpickle is rebuilt; a table whose bytes fail their CRC or do not unpickle is taken from a
+# rebuild (and the file rewritten), so a damaged cache never changes a result, it only costs the build.
+_CACHE_FORMAT = 2
+_MAGIC = b"SHSIMTB2"
+_TABLE_MEMBERS = ("gemm", "context_attention", "generation_attention", "context_mla", "generation_mla")
 _cache_dir: Path | None = None
 
 
@@ -311,26 +323,126 @@ def _cache_file(gpu: str, digest: str) -> Path | None:
     return None if _cache_dir is None else _cache_dir / f"tables-{gpu}-{digest}-{_code_digest()}.pickle"
 
 
+class _LazyTables(Mapping[str, Any]):
+    """A read-only ``{dtype: table}`` whose tables are unpickled from the cache file's bytes on first access.
+
+    ``rebuilt()`` gives the GPU's freshly built tables: used, once, for a table whose bytes are damaged. Pickles
+    (sweep workers) as a plain dict of every table."""
+
+    def __init__(self, member: str, data: bytes, entries: dict[str, tuple[int, int, int]],
+                 rebuilt: Callable[[], GpuTables]) -> None:
+        self._member, self._data, self._entries, self._rebuilt = member, data, entries, rebuilt
+        self._loaded: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        got = self._loaded.get(key)
+        if got is None:
+            off, length, crc = self._entries[key]  # KeyError: not measured, as for a dict
+            blob = self._data[off:off + length]
+            got = None
+            if len(blob) == length and zlib.crc32(blob) == crc:
+                try:
+                    got = pickle.loads(blob)
+                except Exception:  # noqa: BLE001 - any damage: take the table from a rebuild
+                    got = None
+            if got is None:
+                got = getattr(self._rebuilt(), self._member)[key]
+            self._loaded[key] = got
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self.items()),))
+
+    def __repr__(self) -> str:
+        return f"_LazyTables({self._member}: {sorted(self._entries)}, loaded {sorted(self._loaded)})"
+
+
 def _read_cached(path: Path, digest: str) -> GpuTables | None:
+    """The tables in ``path`` (tables unpickled lazily), or None when it is missing, short, of another format or
+    digest, or its header is damaged."""
     try:
-        with path.open("rb") as fh:
-            t = pickle.load(fh)
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
+        data = path.read_bytes()
+    except OSError:
         return None
-    return t if isinstance(t, GpuTables) and t.digest == digest else None
+    try:
+        if data[:8] != _MAGIC:
+            return None
+        n = int.from_bytes(data[8:16], "little")
+        head = pickle.loads(data[16:16 + n])
+        if head.get("format") != _CACHE_FORMAT or head.get("digest") != digest:
+            return None
+        base = 16 + n
+        entries: dict[str, dict[str, tuple[int, int, int]]] = {}
+        for member, tables in head["entries"].items():
+            entries[member] = {k: (base + off, length, crc) for k, (off, length, crc) in tables.items()}
+        if any(off + length > len(data) for tables in entries.values() for off, length, _ in tables.values()):
+            return None  # cut short
+        gpu = head["gpu"]
+    except Exception:  # noqa: BLE001 - a damaged header: rebuild
+        return None
+    rebuilt: list[GpuTables] = []
+
+    def rebuild() -> GpuTables:
+        if not rebuilt:
+            built = build_tables(gpu)
+            assert built is not None and built.digest == digest
+            _write_cached(path, built)
+            rebuilt.append(built)
+        return rebuilt[0]
+
+    lazy = {m: _LazyTables(m, data, entries[m], rebuild) for m in entries}
+    try:
+        single = {m: lazy[m]["_"] for m in ("allreduce", "moe") if "_" in lazy[m]}
+    except KeyError:
+        return None
+    return GpuTables(gpu, lazy["gemm"], lazy["context_attention"], lazy["generation_attention"],  # type: ignore[arg-type]
+                     single.get("allreduce"), single.get("moe"), lazy["context_mla"],  # type: ignore[arg-type]
+                     lazy["generation_mla"], digest)  # type: ignore[arg-type]
+
+
+def _cache_bytes(tables: GpuTables) -> bytes:
+    blobs: list[bytes] = []
+    offset = 0
+    entries: dict[str, dict[str, tuple[int, int, int]]] = {}
+    members: list[tuple[str, dict[str, Any]]] = [(m, getattr(tables, m)) for m in _TABLE_MEMBERS]
+    members += [(m, {} if getattr(tables, m) is None else {"_": getattr(tables, m)}) for m in ("allreduce", "moe")]
+    for member, tabs in members:
+        entries[member] = {}
+        for key in sorted(tabs):
+            blob = pickle.dumps(tabs[key], protocol=pickle.HIGHEST_PROTOCOL)
+            entries[member][key] = (offset, len(blob), zlib.crc32(blob))
+            blobs.append(blob)
+            offset += len(blob)
+    head = pickle.dumps({"format": _CACHE_FORMAT, "gpu": tables.gpu, "digest": tables.digest, "entries": entries},
+                        protocol=pickle.HIGHEST_PROTOCOL)
+    return b"".join([_MAGIC, len(head).to_bytes(8, "little"), head, *blobs])
 
 
 def _write_cached(path: Path, tables: GpuTables) -> None:
-    """Atomically (write a sibling, rename): concurrent processes never read half a file. Errors are ignored:
-    a cache that cannot be written only costs the build next time."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    """Atomically (write a uniquely named sibling, rename): concurrent writers never mix their bytes and readers
+    never see half a file. Errors are ignored: a cache that cannot be written only costs the build next time."""
+    import tempfile
+
+    tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("wb") as fh:
-            pickle.dump(tables, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        data = _cache_bytes(tables)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, path)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 @lru_cache(maxsize=8)

@@ -15,7 +15,9 @@ e.g. speculative decoding, written by whoever built the file; the row is then sk
 SGLang's bench_serving random dataset, Poisson at ``request_rate`` or ``inf`` with ``concurrency`` as
 ``--max-concurrency``; ``poisson``: Poisson arrivals with ``length_dist`` lengths, the default with a rate),
 ``random_range_ratio`` and ``seed`` (bench_serving's ``--random-range-ratio``, default 0.0, and ``--seed``,
-default 1), and the measurements a bench_serving printout gives beyond the means (``measured_ttft_p50_ms``: median
+default 1), ``server_tokens_per_prompt_token`` (bench_serving only, > 0, blank = 1: tokens the server's tokenizer
+makes of each prompt token the client counted, for a client whose tokenizer differs from the server's; ``isl``
+stays the client's length, docs/accuracy.md §3.12), and the measurements a bench_serving printout gives beyond the means (``measured_ttft_p50_ms``: median
 TTFT; ``measured_itl_p50_ms``: median inter-token latency over all token gaps of all requests;
 ``measured_output_tokens_per_s``: output tokens / benchmark duration; ``measured_e2e_ms``: mean end-to-end
 latency, used instead of the TTFT + TPOT derivation when given). These are compared only where a row has them.
@@ -120,6 +122,8 @@ class Row:
     client: str | None = None  # optional column: aiperf / bench_serving / poisson (None: by the row's load)
     random_range_ratio: float | None = None  # optional column: bench_serving --random-range-ratio (None: 0.0)
     seed: int | None = None  # optional column: the benchmark client's seed (bench_serving --seed; None: 1)
+    # optional column: server tokens per client-counted prompt token (None: 1, client and server tokenize alike)
+    server_tokens_per_prompt_token: float | None = None
 
     @property
     def deployment(self) -> str:
@@ -221,8 +225,22 @@ def rows_from_records(records: Iterable[dict[str, str]], fieldnames: Sequence[st
             client=_choice(r.get("client"), CLIENTS, "client", rid),
             random_range_ratio=_num(r.get("random_range_ratio"), float, "random_range_ratio", rid),
             seed=_num(r.get("seed"), int, "seed", rid),
+            server_tokens_per_prompt_token=_token_factor(r, rid),
         ))
     return rows
+
+
+def _token_factor(r: dict[str, str], rid: str) -> float | None:
+    """The ``server_tokens_per_prompt_token`` column: blank, or a number > 0 on a bench_serving row."""
+    f = _num(r.get("server_tokens_per_prompt_token"), float, "server_tokens_per_prompt_token", rid)
+    if f is None:
+        return None
+    if not (f > 0 and math.isfinite(f)):
+        raise UserError("server_tokens_per_prompt_token", f"row {rid}: {f!r} is not a number > 0")
+    if (r.get("client") or "").strip().lower() != "bench_serving":
+        raise UserError("server_tokens_per_prompt_token", f"row {rid}: only read with client bench_serving",
+                        "set the row's client column to bench_serving or leave the column blank")
+    return f
 
 
 @dataclass
@@ -415,6 +433,9 @@ def _workload(row: Row, p: Protocol, seed: int) -> tuple[Any, int, str]:
     from simcore.workload import ClosedLoop, OpenLoop
 
     client = p.client or row.client_name()
+    if client != "bench_serving" and row.server_tokens_per_prompt_token not in (None, 1.0):
+        raise UserError("server_tokens_per_prompt_token", f"row {row.id}: only read with client bench_serving, "
+                        f"and this run's client is {client}", "drop --client or the column")
     if client == "bench_serving":
         rate = float("inf") if row.request_rate is None else float(row.request_rate)
         n = row.num_requests or OPEN_LOOP_REQUESTS
@@ -423,7 +444,8 @@ def _workload(row: Row, p: Protocol, seed: int) -> tuple[Any, int, str]:
         wl = BenchServingOpenLoop(rate, n, row.isl, row.osl, range_ratio=ratio, seed=(1 if row.seed is None else row.seed) + seed,
                                   sglang_version=row.sglang_version, max_concurrency=row.concurrency,
                                   prompt_overhead_tokens=0, rid_prefix=_RID,
-                                  warmup_requests=row.warmup_requests or 0)
+                                  warmup_requests=row.warmup_requests or 0,
+                                  server_tokens_per_prompt_token=row.server_tokens_per_prompt_token or 1.0)
         return wl, row.warmup_requests or 0, client
     prompt, output = lengths(p.length_dist or row.length_dist, row.isl, row.osl, p.prompt_overhead_tokens)
     if client == "aiperf" and row.concurrency is not None:
@@ -492,6 +514,11 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
         parallel=ParallelLayout.from_settings(settings, gpu)), seed)
     if speculative is not None:  # it prices the steps: target + draft
         latency = speculative
+        if settings.enable_dp_attention:  # every rank's draft + verify in lockstep (simcore.dp_attention)
+            from simcore.dp_attention import build_dp_speculative_latency
+
+            latency = build_dp_speculative_latency(speculative, model, gpu, settings, precision, backend=backend,
+                                                   profile=profile)
     workload, warmup, client = _workload(row, p, seed)
     delays = ClientDelays.from_variability(p.variability, seed)
     if delays is not None:

@@ -12,14 +12,17 @@ from typing import Any
 from streams.adapters.base import LineResult, ParseContext, as_int, build, finite
 
 _STR = {"model_path": "model", "served_model_name": "model", "schedule_policy": "schedule_policy",
-        "kv_cache_dtype": "kv_cache_dtype", "version": "sglang_version"}
+        "kv_cache_dtype": "kv_cache_dtype", "version": "sglang_version",
+        "speculative_algorithm": "speculative_algorithm", "speculative_draft_model_path": "speculative_draft_model_path"}
 _INT = {"tp_size": "tp_size", "dp_size": "dp_size", "pp_size": "pp_size", "ep_size": "ep_size",
         "page_size": "page_size", "chunked_prefill_size": "chunked_prefill_size",
         "max_prefill_tokens": "max_prefill_tokens", "max_running_requests": "max_running_requests",
         "context_length": "context_len", "max_total_num_tokens": "max_total_num_tokens",
-        "max_total_tokens": "max_total_num_tokens", "cuda_graph_max_bs": "cuda_graph_max_bs"}
+        "max_total_tokens": "max_total_num_tokens", "cuda_graph_max_bs": "cuda_graph_max_bs",
+        "speculative_num_steps": "speculative_num_steps", "speculative_eagle_topk": "speculative_eagle_topk",
+        "speculative_num_draft_tokens": "speculative_num_draft_tokens"}
 _BOOL = {"disable_radix_cache": "disable_radix_cache", "enable_mixed_chunk": "enable_mixed_chunk",
-         "disable_overlap_schedule": "disable_overlap_schedule"}
+         "disable_overlap_schedule": "disable_overlap_schedule", "enable_dp_attention": "enable_dp_attention"}
 
 
 def is_server_info(obj: dict[str, Any]) -> bool:
@@ -44,6 +47,9 @@ def from_server_info(obj: dict[str, Any], ctx: ParseContext) -> LineResult:
     for key, field in _BOOL.items():
         if isinstance(obj.get(key), bool):
             data[field] = obj[key]
+    if data.get("speculative_algorithm") is None:  # sizes logged with their defaults while speculation is off
+        for k in [k for k in data if k.startswith("speculative_")]:
+            del data[k]
     mfs = finite(obj.get("mem_fraction_static"))
     if mfs is not None:
         data["mem_fraction_static"] = mfs

@@ -86,7 +86,13 @@ _SERVER_ARGS_MAP = {
     "disable_radix_cache": "disable_radix_cache",
     "enable_mixed_chunk": "enable_mixed_chunk",
     "disable_overlap_schedule": "disable_overlap_schedule",
+    "enable_dp_attention": "enable_dp_attention",
     "cuda_graph_max_bs": "cuda_graph_max_bs",
+    "speculative_algorithm": "speculative_algorithm",
+    "speculative_num_steps": "speculative_num_steps",
+    "speculative_eagle_topk": "speculative_eagle_topk",
+    "speculative_num_draft_tokens": "speculative_num_draft_tokens",
+    "speculative_draft_model_path": "speculative_draft_model_path",
 }
 _STARTUP_INT = {"max_total_num_tokens", "chunked_prefill_size", "max_prefill_tokens", "max_running_requests",
                 "context_len"}
@@ -266,7 +272,16 @@ def _server_args(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineResu
         data[field] = val
     if "model" in data and not isinstance(data["model"], str):
         data["model"] = str(data["model"])
+    _drop_idle_speculative(data)
     return build("server_config", data)
+
+
+def _drop_idle_speculative(data: dict[str, Any]) -> None:
+    """Speculative sizes are logged with their defaults when speculation is off (0.4.3: speculative_algorithm=None,
+    speculative_num_steps=5, ...): without an algorithm they describe nothing the server runs."""
+    if data.get("speculative_algorithm") is None:
+        for k in [k for k in data if k.startswith("speculative_")]:
+            del data[k]
 
 
 def parse_message(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineResult:

@@ -30,6 +30,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     paths["text"].write_text("this is not a trace\nnor a log line\n" * 20)
     paths["csv"].write_text("a,b,c\n1,2,3\n")
     paths["json_list"].write_text("[1, 2, 3]\n")
+    paths["bad_yaml"] = d / "shadow.yaml"
+    paths["bad_yaml"].write_text("default:\n model: x\n  gpu: h100\n")  # over-indented third line
     paths["measurements"] = d / "one_row.csv"  # a valid measurement file, for flags checked after reading it
     shared = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "validation" / "sglang_qwen3_32b_h100.csv"
     paths["measurements"].write_text("\n".join(shared.read_text().splitlines()[:2]) + "\n")
@@ -46,6 +48,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("predict-trace-missing", [*PRED[:5], "--trace", "{missing}"], "trace"),
     ("predict-trace-dir", [*PRED[:5], "--trace", "{dir}"], "trace"),
     ("predict-trace-wrong-format", [*PRED[:5], "--trace", "{text}", "--trace-format", "mooncake"], "trace"),
+    # the undetected-format error advises `--trace-format native` (streams/traces.py): the CLI takes it (= jsonl)
+    ("predict-trace-native", [*PRED[:5], "--trace", "{text}", "--trace-format", "native"], "no usable request"),
     ("predict-profile-binary", [*PRED, "--profile", "{binary}"], "profile"),
     ("predict-profile-empty", [*PRED, "--profile", "{empty}"], "profile"),
     ("predict-profile-list", [*PRED, "--profile", "{json_list}"], "profile"),
@@ -82,7 +86,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("calibrate-e2e-binary", ["calibrate", "--from-e2e", "{binary}"], "MEASUREMENTS"),
     ("calibrate-e2e-missing", ["calibrate", "--from-e2e", "{missing}"], "MEASUREMENTS"),
     ("calibrate-base-binary", ["calibrate", "--base", "{binary}", "--cpu-base-s", "0.001"], "profile"),
-    ("calibrate-tables-unknown", ["calibrate", "--from-tables", "tpu9"], "gpu"),
+    ("calibrate-tables-unknown", ["calibrate", "--from-tables", "tpu9"], "--from-tables: unknown gpu"),
     ("calibrate-nothing", ["calibrate"], "nothing to fit"),
     ("parse-binary", ["parse", "{binary}"], "FILE"),
     ("parse-missing", ["parse", "{missing}"], "FILE"),
@@ -98,6 +102,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("publish-binary", ["publish", "{binary}", "--bootstrap-servers", "127.0.0.1:1"], "FILE"),
     ("run-config-missing", ["run", "--bootstrap-servers", "127.0.0.1:1", "--config", "{missing}"], "config"),
     ("run-config-binary", ["run", "--bootstrap-servers", "127.0.0.1:1", "--config", "{binary}"], "config"),
+    ("run-config-bad-yaml", ["run", "--bootstrap-servers", "127.0.0.1:1", "--config", "{bad_yaml}"],
+     "not valid YAML at line 3, column 6: mapping values are not allowed here"),
     ("unknown-command", ["frobnicate"], "frobnicate"),
 ]
 

@@ -31,3 +31,10 @@ def test_summary_and_live_view_label_emulated_instances_and_report_drift(short_l
     screen = live_screen(view, 12.0, sc.duration_s, 9400, SLOW_INSTANCE, sc.slow_from_s)
     assert screen.startswith("\x1b[H\x1b[2J") and "EMULATED" in screen and "alerts fired:" in screen
     assert SLOW_INSTANCE in status_line(view, 12.0)
+
+
+def test_status_line_before_the_first_event_says_it_waits() -> None:
+    from exporters.view import ShadowView
+
+    empty = ShadowView(instances=[], dead_letters={}, records_processed=0, checkpoints=0)
+    assert status_line(empty, -0.6) == "[demo t= -0.6s records=0] waiting for events"

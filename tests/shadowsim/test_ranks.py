@@ -188,3 +188,46 @@ def test_the_router_state_is_versioned_and_older_checkpoints_still_restore(tmp_p
     assert legacy.partitions[("t", 0)].next_offset == len(recs) and legacy.counters["snapshot_fallbacks"] == 0
     # without the table, the finishes of the requests in flight at the checkpoint reach the instance's twin
     assert legacy.twins["dp"].stats.counters["requests_finished"]["actual"] == len(in_flight)
+
+
+def test_a_dp_attention_server_config_builds_each_rank_twin_as_a_dp_rank() -> None:
+    """SGLang logs ``server_args`` after ``_handle_data_parallelism`` (0.5.9 server_args.py): a DP-attention server
+    says ``enable_dp_attention=True, dp_size=8`` and its per-rank ``chunked_prefill_size``. The twin of each rank is
+    then the rank scheduler of simcore/dp_attention.py: per-rank KV pool (simcore.memory for an attention TP group of
+    tp/dp), schedule_conservativeness × 0.3, and each forward priced by DpAttentionLatency (attention on this rank's
+    batch at attention TP 1, the MoE on the tokens of all eight ranks, as if they ran batches like this one)."""
+    from streams.adapters.base import ParseContext
+    from streams.adapters.sglang_log import parse_line
+    from shadowsim.shadow.engine import SimEngine
+    from simcore.gpus import load_gpu
+    from simcore.memory import size_kv_pool
+    from simcore.models import load_model
+    from simcore.perf.base import BatchShape
+    from simcore.settings import ServerSettings
+
+    (ev,) = parse_line("[2026-10-30 12:00:01] server_args=ServerArgs(model_path='deepseek-ai/DeepSeek-V3', "
+                       "tp_size=8, dp_size=8, enable_dp_attention=True, chunked_prefill_size=1024)", ParseContext())
+    assert (ev.tp_size, ev.dp_size, ev.enable_dp_attention, ev.chunked_prefill_size) == (8, 8, True, 1024)
+    server_config = ev.model_dump(exclude_none=True)
+    cfg = InstanceConfig(model="deepseek-ai/DeepSeek-V3", gpu="h200_sxm", precision="fp8")
+    eng = SimEngine(cfg, server_config, epoch_ts=1.8e9)
+    assert eng.dp_ranks == 8
+    assert eng.settings.chunked_prefill_size == 1024  # the reported per-rank value, not divided again
+    assert eng.settings.schedule_conservativeness == 0.3 and not eng.settings.enable_dp_attention
+    gpu = load_gpu("h200_sxm")
+    pool = size_kv_pool(load_model(cfg.model), gpu, ServerSettings(tp_size=8, dp_size=8, enable_dp_attention=True,
+                                                                   chunked_prefill_size=8192), "fp8")
+    assert eng.kv_capacity == pool.max_total_num_tokens
+    lat = eng.base_latency
+    assert lat.name.endswith(":dp8")
+    shape = BatchShape((), (), 16, 16 * 1000)
+    assert lat.step_time(shape) == lat.latency.step_time_ranks([shape] * 8)
+    # the twin runs: a request submitted to it completes
+    eng.submit("q", 1.8e9 + 0.5, 200, 8, key=None, key_unit=1, max_new_tokens=8, ignore_eos=True, priority=None,
+               order=0)
+    done = eng.advance_to(1.8e9 + 60)
+    assert [c.rid for c in done] == ["q"] and done[0].ttft_s > 0
+    # without DP attention (dp_size 8 of whole replicas) the twin is a plain server of the TP group
+    plain = SimEngine(cfg, {"tp_size": 8, "dp_size": 8}, epoch_ts=1.8e9)
+    assert plain.dp_ranks == 1 and plain.settings.schedule_conservativeness == 1.0
+    assert not plain.base_latency.name.endswith(":dp8")

@@ -131,3 +131,40 @@ def test_the_live_twin_decodes_speculatively_with_the_learned_acceptance(shared_
     again.restore(twin.snapshot())
     assert again.engine.speculative.acceptance.accept_prob == spec.acceptance.accept_prob
     assert again.engine.speculative.rng.bit_generator.state == spec.rng.bit_generator.state
+
+
+def test_the_twin_builds_speculation_from_the_servers_own_settings(shared_dir, caplog) -> None:
+    # The server_args line of a real log carries the resolved speculative settings into server_config; the twin's
+    # settings come from them (0.5.9 server_args.py _handle_speculative_decoding then forces overlap off, mixed chunk
+    # off, 48 running requests unless given: simcore.settings.resolve).
+    import logging
+
+    from shadowsim.shadow.engine import SimEngine, build_settings
+    from shadowsim.shadow.config import InstanceConfig
+    from simcore.events import ServerConfig
+
+    cfg = InstanceConfig(model="deepseek-ai/DeepSeek-V3", gpu="b200_sxm", latency_backend="linear")
+    # InferenceX's dsr1-fp8-b200-sglang-mtp server as its ServerArgs line resolves it (NEXTN logged as EAGLE)
+    ev = ServerConfig(ts=1.0, tp_size=8, speculative_algorithm="EAGLE", speculative_num_steps=2,
+                      speculative_eagle_topk=1, speculative_num_draft_tokens=3, max_running_requests=512)
+    server_config = ev.model_dump(exclude_none=True, exclude={"kind", "ts", "source", "event_id", "schema_version",
+                                                              "instance_id"})
+    s = build_settings(cfg, server_config)
+    assert (s.speculative_algorithm, s.speculative_num_steps, s.speculative_eagle_topk,
+            s.speculative_num_draft_tokens) == ("EAGLE", 2, 1, 3)
+    assert s.disable_overlap_schedule is True and s.max_running_requests == 512
+    eng = SimEngine(cfg, server_config, 0.0)
+    assert eng.speculative is not None and eng.speculative.config.num_steps == 2
+    assert eng.speculative.config.max_accept_len == 3  # 2 draft tokens + the bonus token
+    # the real DFLASH log: its algorithm is not one the server loop simulates; the twin decodes without it, says so
+    args = next(it.event for it in iter_file_events(
+        shared_dir / "data/sglang_logs/dgx-spark_newest_laguna-int4_dflash-spec_swa_gb10.log")
+        if it.event is not None and it.event.kind == "server_config")
+    assert args.speculative_algorithm == "DFLASH" and args.speculative_num_draft_tokens == 16
+    plain = {**server_config, **args.model_dump(exclude_none=True, include={
+        "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"})}
+    with caplog.at_level(logging.WARNING, logger="shadowsim.shadow"):
+        s = build_settings(cfg, plain)
+    assert s.speculative_algorithm is None and s.speculative_num_steps is None
+    assert "speculative_algorithm DFLASH is not simulated" in caplog.text
+    assert SimEngine(cfg, plain, 0.0).speculative is None

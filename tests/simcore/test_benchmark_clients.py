@@ -74,6 +74,21 @@ def test_bench_serving_seed_poisson_and_overhead() -> None:
     assert BenchServingOpenLoop(math.inf, 5, 10, 3).offsets_s == [0.0] * 5
 
 
+def test_a_client_tokenizer_mismatch_scales_what_the_server_receives() -> None:
+    # InferenceX's B300 client counted prompts with transformers 5's broken DeepSeek tokenizer; the server saw 5.18
+    # tokens per counted token (validation/client_tokenizer_inflation.py). Same draws, each length × 5.18, rounded,
+    # then the template tokens; the output lengths and the arrival times are the client's own and do not change.
+    plain = BenchServingOpenLoop(4.0, 50, 8192, 1024, range_ratio=0.8, seed=0)
+    wide = BenchServingOpenLoop(4.0, 50, 8192, 1024, range_ratio=0.8, seed=0, server_tokens_per_prompt_token=5.18,
+                                prompt_overhead_tokens=2)
+    assert wide.input_lens == [round(n * 5.18) + 2 for n in plain.input_lens]
+    assert min(plain.input_lens) >= 6553 and min(wide.input_lens) >= round(6553 * 5.18) + 2
+    assert (wide.output_lens, wide.offsets_s) == (plain.output_lens, plain.offsets_s)
+    assert BenchServingOpenLoop(math.inf, 3, 1, 1, range_ratio=1.0, server_tokens_per_prompt_token=0.2).input_lens == [1] * 3
+    with pytest.raises(ValueError, match="server_tokens_per_prompt_token"):
+        BenchServingOpenLoop(math.inf, 3, 10, 1, server_tokens_per_prompt_token=0.0)
+
+
 def test_bench_serving_max_concurrency_holds_requests_until_a_slot_frees() -> None:
     # rate inf, 4 requests of 10 / 3 tokens (ratio 1.0), --max-concurrency 2: two at 0, two when they finish
     wl = BenchServingOpenLoop(math.inf, 4, 10, 3, range_ratio=1.0, max_concurrency=2)

@@ -95,6 +95,21 @@ def test_exact_decode_runs_equal_step_by_step_mixed_finishes(overlap: bool) -> N
     _same(fast, slow)
 
 
+@pytest.mark.parametrize("factor", [2.0, 1.0])
+def test_exact_decode_runs_equal_step_by_step_whatever_the_ratio_decay(factor: float) -> None:
+    """A run decays new_token_ratio once per step exactly as ``NewTokenRatio.decay_step`` (``max(current − decay,
+    min)``, 0.5.23 new_token_ratio_tracker.py line 35), also when the decay is negative (min factor above one:
+    the ratio sits at the floor, then creeps up every step until an idle reset) or zero: the run's table of
+    successive values (``NewTokenRatio.decay_steps``) gives the same floats, and the admission decisions that
+    read the ratio stay the same."""
+    reqs = _mixed_requests(250, seed=5)
+    s = _settings(min_new_token_ratio_factor=factor)
+    lat = build_latency_model(load_model("Qwen/Qwen3-32B"), H100, 2, "bf16", backend="roofline")
+    fast = simulate(s, lat, reqs, kv_capacity_tokens=60_000, fast=True, decode_run_spacing=0.0)
+    slow = simulate(s, lat, reqs, kv_capacity_tokens=60_000, fast=False)
+    _same(fast, slow)
+
+
 def test_decode_runs_cover_most_steps_and_keep_invariants() -> None:
     """Live submission (no arrivals handed over up front), invariants recounted after every run."""
     env = simpy.Environment()

@@ -9,11 +9,13 @@ The numbers below are derived by hand from those rules.
 """
 from __future__ import annotations
 
+import pytest
 import simpy
 
 from simcore.dp_attention import (DataParallelDispatcher, DpAttentionServer, PerRankLatency,
                                   build_dp_attention_latency, rank_settings)
 from simcore.engine import simulate
+from simcore.errors import UserError
 from simcore.gpus import load_gpu
 from simcore.memory import MiB, default_mem_fraction_static, dp_attention_weight_bytes_per_rank, size_kv_pool
 from simcore.models import load_model
@@ -81,6 +83,24 @@ def test_the_server_dispatches_in_arrival_order_round_robin() -> None:
     assert srv.dispatched == {"r0": 0, "r2": 1, "r3": 0, "r1": 1}
 
 
+def test_total_requests_dispatch_follows_the_loads_the_ranks_report() -> None:
+    # a, b, d at t = 0, before any report: budgets [0,0] -> a to 0 [1,0], b to 1 [1,1], d to 0 [2,1]. d finishes
+    # after 2 tokens; rank 0's later decode steps report 1 request (a), rank 1's report 1 (b). e at t = 0.5: a tie,
+    # the first rank -> 0 (round robin would say 1), then [2,1] -> f to rank 1.
+    s = _dp2().model_copy(update={"load_balance_method": "total_requests"})
+    env = simpy.Environment()
+    srv = DpAttentionServer(env, s, 1000, GatheredLinear())
+    for rid, at, out in (("a", 0.0, 200), ("b", 0.0, 200), ("d", 0.0, 2), ("e", 0.5, 2), ("f", 0.5, 2)):
+        srv.submit(RequestSpec(rid, at, 10, out, max_new_tokens=out))
+    env.run()
+    assert srv.dispatched == {"a": 0, "b": 1, "d": 0, "e": 0, "f": 1}
+    rr = DpAttentionServer(simpy.Environment(), _dp2(), 1000, GatheredLinear())
+    for rid, at, out in (("a", 0.0, 200), ("b", 0.0, 200), ("d", 0.0, 2), ("e", 0.5, 2), ("f", 0.5, 2)):
+        rr.submit(RequestSpec(rid, at, 10, out, max_new_tokens=out))
+    rr.env.run()
+    assert rr.dispatched == {"a": 0, "b": 1, "d": 0, "e": 1, "f": 0}
+
+
 # ---- per-rank schedulers and pools ---------------------------------------------------------------------------
 def test_rank_settings_divide_chunked_prefill_and_conservativeness() -> None:
     # server_args.py _handle_data_parallelism: chunked_prefill_size //= dp_size, schedule_conservativeness *= 0.3;
@@ -99,6 +119,11 @@ def test_enable_dp_attention_without_dp_size_is_plain_tp() -> None:
     # server_args.py _handle_data_parallelism (0.5.3, 0.5.6.post2, 0.5.9): "if self.dp_size == 1:
     # self.enable_dp_attention = False"
     assert ServerSettings(tp_size=8, enable_dp_attention=True).enable_dp_attention is False
+    # scheduler_recv_skipper.py SchedulerRecvSkipper.__init__: "assert not server_args.enable_dp_attention"
+    with pytest.raises(UserError, match="scheduler-recv-interval"):
+        ServerSettings(tp_size=8, dp_size=8, enable_dp_attention=True, scheduler_recv_interval=10)
+    with pytest.raises(UserError, match="dividing"):
+        ServerSettings(tp_size=8, dp_size=3, enable_dp_attention=True)
 
 
 def test_mem_fraction_reserves_the_dp_attention_padding() -> None:
@@ -277,3 +302,44 @@ def test_predict_accepts_dp_attention_flags(capsys) -> None:  # type: ignore[no-
     assert srv["latency_model"].endswith(":dp4")
     assert dp["num_requests"] == plain["num_requests"] == 16
     assert dp["tpot_ms"]["mean"] != plain["tpot_ms"]["mean"]
+
+
+@pytest.mark.parametrize("overlap,method,mixed", [(True, "round_robin", False), (False, "total_tokens", True)])
+def test_lockstep_ranks_keep_their_invariants_under_retraction(overlap: bool, method: str, mixed: bool) -> None:
+    # small per-rank pools (1500 tokens) and long outputs force retractions on the ranks; every request finishes,
+    # every rank's incremental state recounts exactly (Server.check_invariants), a seed gives one run
+    from simcore.workload import Uniform
+
+    s = resolve(ServerSettings(tp_size=4, dp_size=4, enable_dp_attention=True, disable_overlap_schedule=not overlap,
+                               load_balance_method=method, chunked_prefill_size=256, enable_mixed_chunk=mixed,
+                               cuda_graph_bs=(1, 2, 4, 8)), None)
+
+    def run() -> DpAttentionServer:
+        env = simpy.Environment()
+        srv = DpAttentionServer(env, s, 1500, GatheredLinear())
+        OpenLoop(60.0, 150, Uniform(50, 600), Uniform(5, 300), 11).start(env, srv)
+        env.run()
+        return srv
+
+    srv = run()
+    for rk in srv.ranks:
+        rk.check_invariants()
+        assert not rk.reqs and rk.kv.used == 0
+    assert len(srv.records) == 150 and not any(r.aborted for r in srv.records)
+    assert srv.num_retractions > 0
+    assert sorted(set(srv.dispatched.values())) == [0, 1, 2, 3]
+    again = run()
+    assert [(r.rid, r.finish_s) for r in again.records] == [(r.rid, r.finish_s) for r in srv.records]
+
+
+def test_a_request_id_is_refused_while_it_is_in_the_server() -> None:
+    # as Server.submit: an id may come back once its request has left the server
+    env = simpy.Environment()
+    srv = DpAttentionServer(env, _dp2(), 1000, GatheredLinear())
+    srv.submit(RequestSpec("x", 0.0, 10, 2))
+    with pytest.raises(ValueError, match="duplicate"):
+        srv.submit(RequestSpec("x", 0.0, 10, 2))
+    env.run()
+    srv.submit(RequestSpec("x", env.now, 10, 2))
+    env.run()
+    assert [r.rid for r in srv.records] == ["x", "x"]

@@ -303,3 +303,44 @@ def test_move_lock_is_inc_then_dec() -> None:
         assert (a.evictable_size, a.protected_size) == (b.evictable_size, b.protected_size)
         assert a.eviction_order() == b.eviction_order()
         a.check_invariants()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 12), st.integers(0, 12)), min_size=1, max_size=25),
+       st.sampled_from([(1, 1), (2, 1), (1, 4), (4, 2)]))
+def test_property_insert_from_the_locked_node_equals_the_walk_from_the_root(ops: list, unit_page: tuple) -> None:
+    """``insert(key, n, now, start)`` with ``start`` the node a request holds after matching or inserting that key
+    (what ``KVCache._checkpoint`` passes: the request's locked node) leaves the tree exactly as the walk from the
+    root does: same result, same nodes, locks, LRU stamps and eviction order. Requests share prefixes (a few
+    stems) so inserts split nodes and evictions remove some between steps."""
+    key_unit, page = unit_page
+    trees = [RadixCache(page_size=page, key_unit=key_unit) for _ in range(2)]
+    held: list[tuple[tuple[int, ...], list]] = []  # (key, [node in tree 0, node in tree 1])
+    for step, (stem, length, extra) in enumerate(ops):
+        key = tuple([100 + stem] * 2 + [stem * 1000 + i for i in range(length)])
+        now = float(step)
+        nodes = []
+        for c in trees:
+            node = c.match_prefix(key, len(key) * key_unit, now).node
+            c.inc_lock_ref(node)
+            nodes.append(node)
+        held.append((key, nodes))
+        # checkpoint a held request further along its key: hinted in tree 1, from the root in tree 0
+        k, ns = held[step % len(held)]
+        n_tok = min(len(k), extra + 1) * key_unit
+        if n_tok > ns[0].end:
+            r0 = trees[0].insert(k, n_tok, now + 0.5)
+            r1 = trees[1].insert(k, n_tok, now + 0.5, ns[1])
+            assert (r0[0], r0[1].id) == (r1[0], r1[1].id)
+            for c, old, new in zip(trees, ns, (r0[1], r1[1])):
+                c.move_lock(old, new)
+            ns[:] = [r0[1], r1[1]]
+        if step % 4 == 3:  # let a request go, then evict a little
+            k, ns = held.pop(0)
+            for c, node in zip(trees, ns):
+                c.dec_lock_ref(node)
+                c.evict(2 * key_unit)
+        assert trees[0].to_state() == trees[1].to_state()
+        assert trees[0].eviction_order() == trees[1].eviction_order()
+        for c in trees:
+            c.check_invariants()

@@ -401,3 +401,20 @@ def test_ignore_eos_without_radix_cache_simulates_completions_0_5_23() -> None:
     big = FakeReq("M", 400, max_new=600, ignore_eos=True)
     a = PrefillAdder(s, pool.available, pool.lock, pool.unlock, 95.0, 0.7, running=lambda: running)
     assert a.add_one_req(big) == AddResult.NO_TOKEN and not a.can_run
+
+
+@pytest.mark.parametrize("factor", [0.14, 1.0, 2.0])
+def test_decay_steps_is_decay_step_n_times(factor: float) -> None:
+    """``decay_steps(n)`` (decode runs) walks the same floats as ``n`` calls of ``decay_step``, from the initial
+    value, from a value set by a retraction, past the floor, and with a negative decay (factor above one)."""
+    one, many = (NewTokenRatio(ServerSettings(min_new_token_ratio_factor=factor)) for _ in range(2))
+    for start, steps in [(None, [1, 7, 250, 400, 3]), (0.31234, [5, 900]), (0.05, [2, 2])]:
+        if start is not None:
+            one.current = many.current = start
+        for n in steps:
+            for _ in range(n):
+                one.decay_step()
+            many.decay_steps(n)
+            assert many.current == one.current
+        one.reset()
+        many.reset()

@@ -4,7 +4,6 @@ Settings are a frozen model built once at the edge; ``resolve`` fills what SGLan
 """
 from __future__ import annotations
 
-import pydantic
 import pytest
 
 from simcore.errors import UserError
@@ -31,7 +30,7 @@ def test_unreadable_version_names_the_field() -> None:
     with pytest.raises(UserError) as e:
         version_family("latest")
     assert str(e.value).startswith("sglang_version:")
-    with pytest.raises((UserError, pydantic.ValidationError)):
+    with pytest.raises(UserError, match="^sglang_version: cannot read version 'banana'"):
         ServerSettings(sglang_version="banana")
 
 
@@ -62,20 +61,20 @@ def test_default_policy_by_version(version: str, policy: str) -> None:
 
 def test_settings_are_frozen_and_strict() -> None:
     s = ServerSettings()
-    with pytest.raises(pydantic.ValidationError):
+    with pytest.raises(AttributeError, match="frozen"):
         s.page_size = 16  # type: ignore[misc]
-    with pytest.raises(pydantic.ValidationError):
+    with pytest.raises(UserError, match="^max_num_seqs: unknown field"):
         ServerSettings(max_num_seqs=4)  # a vLLM flag, not SGLang's
-    with pytest.raises(pydantic.ValidationError):
+    with pytest.raises(UserError, match="^mem_fraction_static: should be less than 1, got 1.2"):
         ServerSettings(mem_fraction_static=1.2)
-    with pytest.raises(pydantic.ValidationError):
+    with pytest.raises(UserError, match="^schedule_policy: should be 'fcfs' or"):
         ServerSettings(schedule_policy="sjf")
 
 
 def test_inconsistent_flags_name_the_field() -> None:
-    with pytest.raises((UserError, pydantic.ValidationError), match="chunked_prefill_size"):
+    with pytest.raises(UserError, match="^chunked_prefill_size"):
         ServerSettings(page_size=64, chunked_prefill_size=32)
-    with pytest.raises((UserError, pydantic.ValidationError), match="enable_mixed_chunk"):
+    with pytest.raises(UserError, match="^enable_mixed_chunk"):
         ServerSettings(enable_mixed_chunk=True, chunked_prefill_size=-1)
 
 

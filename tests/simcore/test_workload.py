@@ -137,3 +137,17 @@ def test_common_key_unit() -> None:
     assert common_key_unit([blocks, plain]) == 512 and common_key_unit([plain]) == 1
     with pytest.raises(UserError, match="key_unit"):
         common_key_unit([blocks, RequestSpec("3", 0.0, 2, 1, key=(1, 2))])
+
+
+def test_with_arrival_is_replace_of_the_arrival_only() -> None:
+    """``RequestSpec.with_arrival`` (trace replays retime every request with it) gives what
+    ``dataclasses.replace(spec, arrival_s=...)`` gives, every field compared, and leaves the original alone."""
+    import dataclasses
+
+    from simcore.request import RequestSpec
+
+    spec = RequestSpec("r7", 1.25, 300, 20, 64, (5, 6, 7), 512, True, -3)
+    moved = spec.with_arrival(9.5)
+    assert moved == dataclasses.replace(spec, arrival_s=9.5)
+    assert dataclasses.astuple(moved) == ("r7", 9.5, 300, 20, 64, (5, 6, 7), 512, True, -3)
+    assert spec.arrival_s == 1.25 and hash(moved) == hash(dataclasses.replace(spec, arrival_s=9.5))

@@ -47,6 +47,34 @@ def test_inferencex_file_is_the_build_output_and_its_rules_hold(repo_dir, valida
         assert f"--ep-size {r['ep']}" in r["server_args"]
         assert (r["client"], r["random_range_ratio"], r["num_requests"], r["warmup_requests"]) == \
             ("bench_serving", "0.8", str(10 * c), str(2 * c))
+        # B300 (0.5.10.post1, transformers 5.3.0, the client's tokenizer unrepaired): the server saw ~5.2x the
+        # tokens the client counted (client_tokenizer_inflation.py); B200 (0.5.9, transformers 4.57.1) as counted
+        factor = {"1024": "5.16", "8192": "5.18"}[r["isl"]] if r["gpu"] == "b300_sxm" else ""
+        assert r["server_tokens_per_prompt_token"] == factor
+
+
+def test_the_token_factor_column_is_checked_and_read(tmp_path) -> None:
+    from simcore.errors import UserError
+    from simcore.perf.validation import rows_from_records
+
+    base = {"id": "r1", "model": "deepseek-ai/DeepSeek-V3", "gpu": "b300_sxm", "tp": "8", "isl": "1024",
+            "osl": "1024", "concurrency": "4", "client": "bench_serving", "random_range_ratio": "0.8"}
+    fields = [*base, "server_tokens_per_prompt_token"]
+    assert rows_from_records([{**base, "server_tokens_per_prompt_token": "5.16"}], fields)[0] \
+        .server_tokens_per_prompt_token == 5.16
+    assert rows_from_records([{**base, "server_tokens_per_prompt_token": ""}], fields)[0] \
+        .server_tokens_per_prompt_token is None
+    for bad in ("0", "-1", "nan", "x"):
+        with pytest.raises(UserError, match="server_tokens_per_prompt_token"):
+            rows_from_records([{**base, "server_tokens_per_prompt_token": bad}], fields)
+    with pytest.raises(UserError, match="only read with client bench_serving"):
+        rows_from_records([{**base, "client": "aiperf", "server_tokens_per_prompt_token": "5"}], fields)
+    # a run that overrides the client (validate --client aiperf) skips such a row with the reason, not the factor
+    from simcore.perf.validation import Protocol, validate
+
+    row = rows_from_records([{**base, "server_tokens_per_prompt_token": "5.16"}], fields)[0]
+    out = validate([row], protocol=Protocol(client="aiperf"))
+    assert out["rows"] == [] and "only read with client bench_serving" in out["skipped"][0]["reason"]
 
 
 @pytest.mark.slow
@@ -60,3 +88,16 @@ def test_the_recv_interval_raises_ttft_toward_the_measurement(repo_dir) -> None:
         row, server_settings={**row.server_settings, "scheduler_recv_interval": 1}))
     assert with_skip.predicted["ttft"] > every_pass.predicted["ttft"] + 100.0
     assert with_skip.ape["tpot"] <= 8.0
+
+
+def test_the_b300_prompts_as_the_server_saw_them_explain_the_slow_b300_ttft(repo_dir) -> None:
+    # TP8/EP8 nvfp4 8192 x 1024 at C = 4 on B300: measured TTFT 966 ms against 246 ms on B200 (a faster GPU, the same
+    # flags). As the client counted (~7.4k tokens) the prefill is short and TTFT ~70% low; with the ~38k tokens the
+    # server tokenized (x5.18) it lands within 20%.
+    row = {r.id: r for r in read_rows(repo_dir / "validation" / "sglang_deepseek_inferencex.csv")}[
+        "dsr1_b300_sglang_fp4_agg_8192x1024_c4_cfg718"]
+    assert row.server_tokens_per_prompt_token == 5.18 and row.measured["ttft"] == pytest.approx(966.3, abs=0.1)
+    as_served = simulate_row(row)
+    as_counted = simulate_row(dataclasses.replace(row, server_tokens_per_prompt_token=None))
+    assert as_served.ape["ttft"] <= 20.0 < 50.0 <= as_counted.ape["ttft"]
+    assert as_counted.predicted["ttft"] < row.measured["ttft"] < 1.2 * as_served.predicted["ttft"]

@@ -66,12 +66,11 @@ def test_thirty_two_rows_simulate_and_the_rest_are_skipped_with_reasons(result) 
     assert kinds["expert parallelism"] == 0 and kinds["DP attention"] == 0
     # DP attention is simulated: 5 runs at --dp-size 8; the 2 runs with --enable-dp-attention but no --dp-size are
     # plain TP8, as SGLang serves them (ServerArgs._handle_data_parallelism turns DP attention off at dp_size 1)
-    dp = {r["id"] for r in result["rows"] if "--dp-size 8" in (r["deployment"] or "") or r["id"] in (
-        "deepseek-v3-2-h200_enable-tool-call-configuration", "deepseek-v3-2-h200_context-length-adjustment",
-        "deepseek-v3-2-h200_kv-cache-dtype")}
-    assert len(dp) == 5
     rows = {r.row.id: r.row for r in result["_results"]}
-    assert all(rows[i].dp_attention == 8 for i in dp)
+    dp = {i for i, row in rows.items() if row.dp_attention == 8}
+    assert len(dp) == 5
+    # the flags as typed (`--dp-size 8`, or SGLang's `--dp 8`) say the same as the column
+    assert all(rows[i].server_settings["dp_size"] == 8 and rows[i].server_settings["enable_dp_attention"] for i in dp)
     assert rows["deepseek-r1-h200_2-parallelism-in-sglang"].dp_attention == 1
     assert rows["deepseek-v3-2-h200_parallelism-tp-dp-attention"].dp_attention == 1
     # speculative decoding is simulated (simcore/speculative.py): of the 4 runs with it, EAGLE3 on Qwen3-8B and

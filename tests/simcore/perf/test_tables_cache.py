@@ -63,7 +63,8 @@ def test_moe_columns_survive_the_cache(cache: Path) -> None:
 
 def test_a_short_simulation_from_the_cache_imports_no_numpy(tmp_path: Path) -> None:
     """Start-up: with the tables cached, loading them, building the latency model and simulating 100 requests
-    (decode runs included) imports no numpy (~0.1 s of CPU); the first process, which builds them, does."""
+    (decode runs included) imports no numpy (~0.1 s of CPU); the first process, which builds them, does. Neither
+    imports pydantic (~0.1 s: the settings and specs are simcore.frozen_model records) nor any I/O stack."""
     import subprocess
     import sys
     code = f"""
@@ -80,9 +81,130 @@ lat = build_latency_model(load_model("meta-llama/Llama-3.1-8B-Instruct"), load_g
 reqs = [RequestSpec(f"r{{i}}", 0.05 * i, 1000 + 37 * i, 300 + i, 300 + i) for i in range(100)]
 res = simulate(ServerSettings(), lat, reqs, kv_capacity_tokens=400_000)
 assert len(res.records) == 100 and res.steps > 300, res.steps
+heavy = [m for m in ("pydantic", "pydantic_core", "kafka", "prometheus_client", "scipy", "yaml", "pandas")
+         if m in sys.modules]
+assert not heavy, heavy
 print("numpy" in sys.modules)
 """
     root = str(Path(__file__).resolve().parents[3])
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
             for _ in range(2)]
     assert [r.stdout.strip() for r in runs] == ["True", "False"], [r.stderr[-500:] for r in runs]
+
+
+def _file(cache: Path) -> Path:
+    files = list(cache.glob("tables-h100_sxm-*.pickle"))
+    assert len(files) == 1, files
+    return files[0]
+
+
+def test_a_process_unpickles_only_the_tables_it_uses(cache: Path) -> None:
+    """Lazily: the file's header is read at load, each table on first use (a bf16 Llama run uses 3 of 13)."""
+    fresh = T.build_tables("h100_sxm")
+    assert fresh is not None
+    T.load_tables("h100_sxm")  # miss: builds and writes
+    T.load_tables.cache_clear()
+    hit = T.load_tables("h100_sxm")
+    assert hit is not None and isinstance(hit.gemm, T._LazyTables)
+    assert hit.gemm._loaded == {} and hit.context_attention._loaded == {}
+    assert sorted(hit.gemm) == sorted(fresh.gemm) and "bf16" in hit.gemm and len(hit.gemm) == len(fresh.gemm)
+    assert _probe(hit) == _probe(fresh)
+    assert sorted(hit.gemm._loaded) == ["bf16"] and sorted(hit.context_mla._loaded) == []
+    assert hit.gemm.get("int2") is None
+    with pytest.raises(KeyError):
+        hit.gemm["int2"]
+    # a pickle of the loaded tables (sweep workers) holds plain dicts of every table
+    import pickle
+    again = pickle.loads(pickle.dumps(hit))
+    assert type(again.gemm) is dict and sorted(again.gemm) == sorted(fresh.gemm) and _probe(again) == _probe(fresh)
+
+
+def test_stale_and_foreign_files_are_not_used(cache: Path) -> None:
+    """The name carries the digest of the table files and of the code; a file whose header says another digest or
+    format (copied over, or an older shadowsim's) is rebuilt, not trusted."""
+    fresh = T.build_tables("h100_sxm")
+    assert fresh is not None
+    T.load_tables("h100_sxm")
+    f = _file(cache)
+    assert fresh.digest in f.name and T._code_digest() in f.name
+    other = T.build_tables("a100_sxm")
+    assert other is not None
+    f.write_bytes(T._cache_bytes(other))  # the A100's tables under the H100's name: another digest inside
+    assert T._read_cached(f, fresh.digest) is None
+    T.load_tables.cache_clear()
+    got = T.load_tables("h100_sxm")
+    assert got is not None and got.digest == fresh.digest and _probe(got) == _probe(fresh)
+    assert T._read_cached(f, fresh.digest) is not None  # replaced
+    data = f.read_bytes()
+    f.write_bytes(b"SHSIMTB1" + data[8:])  # another format
+    assert T._read_cached(f, fresh.digest) is None
+
+
+def test_a_cut_or_damaged_file_never_changes_a_result(cache: Path) -> None:
+    fresh = T.build_tables("h100_sxm")
+    assert fresh is not None
+    T.load_tables("h100_sxm")
+    f = _file(cache)
+    good = f.read_bytes()
+    f.write_bytes(good[: len(good) // 2])  # cut short (a full disk): refused at load, rebuilt
+    assert T._read_cached(f, fresh.digest) is None
+    T.load_tables.cache_clear()
+    assert _probe(T.load_tables("h100_sxm")) == _probe(fresh)
+    assert f.read_bytes() == good
+    # one byte of the bf16 GEMM table flipped: the header is fine, that table fails its CRC when first used and
+    # comes from a rebuild, which also rewrites the file
+    n = int.from_bytes(good[8:16], "little")
+    import pickle
+    off, length, _ = pickle.loads(good[16:16 + n])["entries"]["gemm"]["bf16"]
+    bad = bytearray(good)
+    bad[16 + n + off + length // 2] ^= 0xFF
+    f.write_bytes(bytes(bad))
+    T.load_tables.cache_clear()
+    damaged = T.load_tables("h100_sxm")
+    assert damaged is not None and _probe(damaged) == _probe(fresh)
+    assert f.read_bytes() == good
+
+
+_WRITER = """
+import sys
+sys.path.insert(0, {root!r})
+from simcore.perf import tables as T
+T.use_cache_dir({cache!r})
+t = T.load_tables("h100_sxm")
+print(t.gemm["bf16"].curve(6144, 4096)(900))
+"""
+
+
+def test_concurrent_writers_leave_one_whole_file(tmp_path: Path) -> None:
+    """Four processes miss at once, each builds and writes (a uniquely named sibling, then a rename): the file
+    left is whole, nothing half-written is left behind, and a fifth process loads it."""
+    import subprocess
+    import sys
+    root = str(Path(__file__).resolve().parents[3])
+    code = _WRITER.format(root=root, cache=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=240)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs) and len(set(outs)) == 1, outs
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == 1 and files[0].startswith("tables-h100_sxm-") and files[0].endswith(".pickle"), files
+    T.use_cache_dir(tmp_path)
+    try:
+        fresh = T.build_tables("h100_sxm")
+        assert fresh is not None
+        hit = T._read_cached(tmp_path / files[0], fresh.digest)
+        assert hit is not None and _probe(hit) == _probe(fresh)
+        assert str(hit.gemm["bf16"].curve(6144, 4096)(900)) == outs[0]
+    finally:
+        T.use_cache_dir(None)
+
+
+def test_an_unwritable_cache_only_costs_the_build(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    T.use_cache_dir(blocker / "tables")  # its parent is a file: mkdir fails
+    try:
+        got = T.load_tables("h100_sxm")
+        assert got is not None and type(got.gemm) is dict
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    finally:
+        T.use_cache_dir(None)

@@ -103,8 +103,23 @@ def test_newest_era_comma_style_with_swa_pending_tokens_and_spec_decoding(logs: 
     assert (totals.max_running_requests, totals.context_len, totals.available_gpu_mem_gb) == (48, 65536, 6.22)
     args = configs[0]  # server_args=ServerArgs(...) comes first
     assert args.model == "poolside/Laguna-S-2.1-INT4" and args.tp_size == 1 and args.page_size == 1
+    # the resolved speculative settings of line 13 (speculative_algorithm='DFLASH', speculative_num_steps=1, ...)
+    assert (args.speculative_algorithm, args.speculative_num_steps, args.speculative_eagle_topk,
+            args.speculative_num_draft_tokens) == ("DFLASH", 1, 1, 16)
+    assert args.speculative_draft_model_path == "poolside/Laguna-S-2.1-DFlash-INT4"
     kv = [c for c in configs if c.kv_cache_size_gb is not None]
     assert kv[0].kv_cache_dtype == "bfloat16" and kv[0].kv_cache_size_gb == pytest.approx(20.42)
+
+
+def test_a_server_without_speculation_carries_no_speculative_settings(logs: Path):
+    # SGLang 0.4.3.post2 logs speculative_algorithm=None with speculative_num_steps=5, speculative_eagle_topk=8,
+    # speculative_num_draft_tokens=64 (its defaults) when off: the event carries none of them
+    name = "issue4161_v0.4.3.post2_deepseek-r1_tp16-2node-h800_full-startup-to-segfault.log"
+    assert b"speculative_algorithm=None" in (logs / name).read_bytes()
+    events, _, _ = parsed(logs / name)
+    args = [e for _, e in events if e.kind == "server_config" and e.model is not None]
+    assert args and all((e.speculative_algorithm, e.speculative_num_steps, e.speculative_eagle_topk,
+                         e.speculative_num_draft_tokens) == (None,) * 4 for e in args)
 
 
 def test_dp_and_tp_rank_prefixes(logs: Path):

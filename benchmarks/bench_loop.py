@@ -1,0 +1,146 @@
+"""The offline simulation loop alone, this checkout against another revision: CPU seconds and identical results.
+
+What it runs, in a fresh interpreter per measurement: the whole Mooncake conversation trace (12,031 requests,
+``../shared/data/mooncake/conversation_trace.jsonl``) on Llama-3.1-8B-Instruct / one H100 SXM with SGLang's
+defaults, as ``bench_dynamo``'s shadowsim child (414,145-token pool, chunked prefill 8192, 2048 running, overlap
+on), plus the same trace with arrivals 4× sparser (``time_scale=4``: more decode steps per event). Only
+``simcore.engine.simulate`` is timed (``time.process_time``; imports, tables and the trace are left out), ``REPS``
+times in the same process; the figure is the fastest over all rounds and reps (on a shared machine other load
+only ever adds CPU time, through caches and shared cores, so the minimum is the least disturbed figure; the
+slowest is printed too). Each child also prints a SHA-256 digest of everything the simulation returns (every
+request record, every ITL sample and weight, steps, simulated time, KV peak, retractions), so a speed change
+that changes results shows up as a digest mismatch.
+
+``--against REV`` extracts ``REV`` (``git archive``) into a temporary directory and alternates its child with this
+checkout's, the order flipping every round; it prints both, the speed-up and whether the digests agree. Without
+it, this checkout alone.
+
+Run: ``python benchmarks/bench_loop.py [ROUNDS] [--against REV] [--reps N]`` (default 3 rounds, 2 reps);
+``python -m benchmarks loop`` runs it without a comparison.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TRACE = (REPO / ".." / "shared" / "data" / "mooncake" / "conversation_trace.jsonl").resolve()
+TABLE_CACHE = Path.home() / ".cache" / "shadowsim" / "tables"  # what the CLI uses (simcore.perf.tables cache)
+ACCEPTS_ARGS = True
+
+# The child, run with cwd = the checkout measured (its code first on sys.path); argv = trace, time scale, reps,
+# table cache directory. Only APIs every revision since the table cache has.
+_CHILD = r"""
+import dataclasses, hashlib, json, struct, sys, time
+sys.path.insert(0, ".")
+from pathlib import Path
+from simcore.engine import simulate
+from simcore.gpus import load_gpu
+from simcore.memory import max_running_requests, size_kv_pool
+from simcore.models import load_model
+from simcore.perf import build_latency_model
+from simcore.perf.tables import use_cache_dir
+from simcore.settings import ServerSettings, resolve
+from simcore.workload import TraceReplay
+from streams.traces import read_trace
+
+use_cache_dir(Path(sys.argv[4]))
+model, gpu = load_model("meta-llama/Llama-3.1-8B-Instruct"), load_gpu("h100_sxm")
+settings = resolve(ServerSettings(), gpu.memory_bytes)
+sizing = size_kv_pool(model, gpu, settings)
+cap = sizing.max_total_num_tokens
+lat = build_latency_model(model, gpu, 1, "bf16")
+reqs = read_trace(sys.argv[1]).requests
+times = []
+for _ in range(int(sys.argv[3])):
+    t0 = time.process_time()
+    res = simulate(settings, lat, TraceReplay(reqs, time_scale=float(sys.argv[2])), kv_capacity_tokens=cap,
+                   key_unit=512, max_running_requests=max_running_requests(cap, sizing.context_len, None),
+                   context_len=sizing.context_len)
+    times.append(time.process_time() - t0)
+h = hashlib.sha256()
+for r in res.records:
+    h.update(repr(dataclasses.astuple(r)).encode())
+h.update(struct.pack(f"{len(res.itl_values_s)}d", *res.itl_values_s))
+h.update(repr(list(res.itl_weights)).encode())
+h.update(repr((res.steps, res.sim_time_s, res.kv_peak_usage, res.num_retractions)).encode())
+print(json.dumps({"cpu_s": min(times), "cpu_all_s": times, "sim_s": res.sim_time_s, "steps": res.steps,
+                  "requests": len(res.records), "digest": h.hexdigest()[:16]}))
+"""
+
+CASES = (("whole_trace", 1.0), ("sparse_4x", 4.0))
+
+
+def _measure(checkout: Path, scale: float, reps: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(TRACE), str(scale), str(reps), str(TABLE_CACHE)],
+                         cwd=checkout, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"child in {checkout} failed: {out.stderr.strip()[-1500:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = list(argv if argv is not None else sys.argv[1:])
+    against = reps = None
+    if "--against" in args:
+        i = args.index("--against")
+        against = args[i + 1]
+        del args[i:i + 2]
+    if "--reps" in args:
+        i = args.index("--reps")
+        reps = int(args[i + 1])
+        del args[i:i + 2]
+    args = [a for a in args if not a.startswith("-")]
+    rounds = int(args[0]) if args else 3
+    reps = reps or 2
+    if not TRACE.is_file():
+        print(f"  no trace at {TRACE}; skipped")
+        return {}
+    summary: dict = {"bench": "loop", "rounds": rounds, "reps": reps}
+    with tempfile.TemporaryDirectory() as tmp:
+        sides = [("this", REPO)]
+        if against:
+            rev = subprocess.run(["git", "rev-parse", "--short", against], cwd=REPO, capture_output=True, text=True,
+                                 check=True).stdout.strip()
+            old = Path(tmp) / "old"
+            old.mkdir()
+            tar = subprocess.run(["git", "archive", rev], cwd=REPO, capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(old)], input=tar, check=True)
+            sides.append((rev, old))
+            summary["against"] = rev
+        print(f"simulation loop only (simcore.engine.simulate, min of {reps} per process), Mooncake conversation "
+              f"trace, {rounds} alternating rounds" + (f", this checkout vs {sides[1][0]}" if against else ""))
+        for case, scale in CASES:
+            got: dict[str, list[dict]] = {name: [] for name, _ in sides}
+            for k in range(rounds):
+                for name, path in (sides if k % 2 == 0 else sides[::-1]):
+                    got[name].append(_measure(path, scale, reps))
+            line = f"  {case:<12}"
+            for name, _ in sides:
+                cpu = [g["cpu_s"] for g in got[name]]
+                med = min(cpu)  # the least disturbed of rounds × reps (other load only ever adds CPU time)
+                sim_s = got[name][0]["sim_s"]
+                digests = {g["digest"] for g in got[name]}
+                summary[f"{case}.{name}.cpu_s"] = med
+                summary[f"{case}.{name}.cpu_s_range"] = [min(cpu), max(cpu)]
+                summary[f"{case}.{name}.sim_s_per_cpu_s"] = sim_s / med
+                summary[f"{case}.{name}.digest"] = ",".join(sorted(digests))
+                line += (f" | {name}: {med:.3f} s cpu (up to {max(cpu):.3f}), {sim_s / med:,.0f} sim s/cpu s, "
+                         f"{got[name][0]['steps']:,} steps, digest {','.join(sorted(digests))}")
+            if against:
+                this, old_name = sides[0][0], sides[1][0]
+                speedup = summary[f"{case}.{old_name}.cpu_s"] / summary[f"{case}.{this}.cpu_s"]
+                same = summary[f"{case}.{this}.digest"] == summary[f"{case}.{old_name}.digest"]
+                summary[f"{case}.speedup"] = speedup
+                summary[f"{case}.identical_results"] = same
+                line += f" | {speedup:.2f}x, results {'identical' if same else 'DIFFERENT'}"
+            print(line, flush=True)
+    print(json.dumps(summary))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
