@@ -112,8 +112,10 @@ class RankRouter:
             self._set(self._dp_size, iid, int(ev.dp_size))
         if rank is not None:
             return rank_twin_id(iid, int(rank))
+        if rid is None:
+            return iid  # an event of the whole instance (whatever its DP size)
         n = self.dp_size(iid)
-        if rid is None or n <= 1:
+        if n <= 1:
             return iid
         key = (iid, rid)
         if key not in self._request_rank:

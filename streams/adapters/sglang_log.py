@@ -22,7 +22,7 @@ import pydantic
 
 from streams.adapters import request_log
 from streams.adapters.base import _VALIDATORS, LineResult, ParseContext, build, to_float, to_int, validation_reason
-from streams.adapters.log_prefix import _fast_header, split_header
+from streams.adapters.log_prefix import _NO_RANKS, _TAGS_CACHE, _fast_header, _minute, _ranks_of, split_header
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # ``Prefill batch``, ``Prefil batch`` (0.1.17 typo), ``Decode batch``, optional `` [iter]``, then ``.`` or ``,``.
@@ -314,8 +314,45 @@ def parse_message(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineRes
     return None
 
 
+# The commonest line, a batch line with a dated header at column 0, in one match: what ``_fast_header`` then
+# ``parse_message`` then ``_BATCH`` read of it, for the forms they accept (milliseconds with a dot or none, rank tags,
+# one space after the bracket); anything else takes the general path. The header's digits are ASCII (int() would
+# take others, which the general path then reads); the rest is ``_BATCH`` itself.
+_BATCH_LINE = re.compile(r"\[([0-9]{4}-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]):([0-9][0-9])(?:\.([0-9]{3}))?"
+                         r"((?: [A-Z][A-Z_]*\d+)*)\] ?(Prefill?|Decode) batch(?: ?\[(\d+)\])?[.,]? ?")
+_NOT_FAST = object()
+
+
+def _batch_line(line: str, ctx: ParseContext) -> Any:
+    """``parse_line`` of a batch line whose header and message start ``_BATCH_LINE`` reads, else ``_NOT_FAST``
+    (tests/streams/adapters/test_fast_paths.py compares it with the general path)."""
+    m = _BATCH_LINE.match(line)
+    if m is None or m.end(4) >= 120:  # _fast_header looks for the bracket's end within 120 characters
+        return _NOT_FAST
+    minute = _minute(m.group(1))
+    if minute is None:
+        return _NOT_FAST
+    day, hm = minute
+    ms = m.group(3)
+    tags = m.group(4)
+    ctx.day_epoch = day
+    ctx.last_ts = day + (float(hm + int(m.group(2))) + (int(ms) / 1000 if ms is not None else 0.0))
+    ranks = (_TAGS_CACHE.get(tags) or _ranks_of(tags)) if tags else _NO_RANKS
+    kind = "prefill_batch" if m.group(5) != "Decode" else "decode_batch"
+    return _batch(kind, line[m.end():], m.group(6), ranks, ctx)
+
+
 def parse_line(line: str, ctx: ParseContext) -> LineResult:
     """Parse one raw log line (any era, any prefix). See the module docstring for the result contract."""
+    if line[:1] == "[" and "\x1b" not in line:
+        fast = _batch_line(line.rstrip("\r\n"), ctx) if "\r" not in line.rstrip("\r\n") else _NOT_FAST
+        if fast is not _NOT_FAST:
+            return fast  # type: ignore[no-any-return]
+    return _parse_line_general(line, ctx)
+
+
+def _parse_line_general(line: str, ctx: ParseContext) -> LineResult:
+    """``parse_line`` without the batch-line fast path (the reference the tests compare it with)."""
     if "\x1b" in line:
         line = _ANSI.sub("", line)
     line = line.rstrip("\r\n")

@@ -128,3 +128,70 @@ def test_kafka_one_line_fast_path_equals_decode_record(real_lines: list[str]) ->
         assert (fast_events, fast_error) == (list(ref.events), ref_error), line
         events += len(fast_events)
     assert events > 250
+
+
+def test_the_consumers_partition_loop_equals_decoding_record_by_record(real_lines: list[str]) -> None:
+    """EventConsumer._decode_partition (the decoder's fast path written out in the consumer's loop) gives the same
+    ConsumedRecords and dead letters as _decode_one record by record: real log lines of three keys, keyless and
+    headed records, tombstones, multi-line and oversized values, lines that fail to parse, fuzzed text."""
+    from kafka.consumer.fetcher import ConsumerRecord
+
+    from streams.kafka_io import EventConsumer
+
+    rng = random.Random(5)
+    values: list[bytes | None] = [line.encode() for line in real_lines if line.strip()]
+    values += [("[2026-01-01 00:00:00 TP0] " + t).encode() for t in _fuzz_text(rng, 3000)]
+    values += [b"[2026-01-01 00:00:01] Prefill batch. #new-seq: 1000000000, #new-token: 5, #cached-token: 0",
+               b"[2026-01-01 00:00:02] Decode batch. #running-req: x", b"[a\nb]", b"[" + b"x" * 300, None, b"{}"]
+    recs = []
+    for i, value in enumerate(values):
+        key = (None, b"", b"i-1", b"i-2", b"i-3")[min(4, rng.randrange(7))]
+        headers = [("h", b"v")] if rng.random() < 0.02 else []
+        recs.append(ConsumerRecord("topic", i % 2, None, i, 1_700_000_000_000 + i if i % 5 else -1, 0, key, value,
+                                   headers, None, -1, -1, -1))
+
+    def consumer(max_bytes: int) -> EventConsumer:
+        c = EventConsumer.__new__(EventConsumer)  # no broker: decoding and dead-letter counting only
+        c._decode, c._dlq, c.dead_letter_topic, c.dead_letters = RecordDecoder("auto", max_bytes), None, None, 0
+        return c
+
+    fast, slow = consumer(400), consumer(400)  # the longest lines: too_large
+    got = fast._decode_partition(recs)
+    want = [slow._decode_one(r) for r in recs]
+    assert got == want and fast.dead_letters == slow.dead_letters
+    assert sum(1 for r in got if r.events) > 150 and 0 < sum(1 for r in got if r.error) < len(got)
+    assert any((r.error or "").startswith("too_large") for r in got)
+
+
+def _fuzz_batch_lines(rng: random.Random, n: int) -> list[str]:
+    heads = _fuzz_headers(rng, n)
+    msgs = ["Prefill batch. #new-seq: 1, #new-token: 313, #cached-token: 0, token usage: 0.00, #queue-req: 0",
+            "Prefil batch, #new-seq: 2, #new-token: 5, #cached-token: 1, cache hit rate: 12.50%",
+            "Decode batch [7], #running-req: 3, #token: 90, gen throughput (token/s): 1.5, ",
+            "Decode batch. #running-req: x", "Decode batch[٣]. #running-req: 1", "Decode batch.#running-req: 1",
+            "Prefill batch. #new-seq: 1000000000, #new-token: 5, #cached-token: 0", "Decode out of memory happened.",
+            "Decode batch. #running-req: 1, #token: 2765, pre-allocated usage: 0.00, cuda graph: True\r",
+            " Decode batch. #running-req: 1", "Decode  batch. #running-req: 1"]
+    out = []
+    for h in heads:
+        head = h.split("]", 1)[0] + rng.choice(["] ", "]", "]  ", "] \x1b[0m"]) if "]" in h else h
+        out.append(head + rng.choice(msgs) + rng.choice(["", "\r", "\r\n", "\n", "\rprogress"]))
+    return out
+
+
+def test_the_batch_line_fast_path_equals_the_general_path(real_lines: list[str]) -> None:
+    """``parse_line`` reads a dated batch line in one match (``_batch_line``); on every real log line and on seeded
+    fuzzed batch lines (headers of every form, fractions, rank tags, iteration numbers, bad values, CRs, ANSI codes)
+    it gives the general path's events or reason and leaves the parse context as that path does."""
+    fuzz = _fuzz_batch_lines(random.Random(17), 30_000)
+    fast_hits = {"real": 0, "fuzz": 0}
+    for where, line in [("real", x) for x in real_lines] + [("fuzz", x) for x in fuzz]:
+        a, b = ParseContext(source="t", instance_id="i", line_no=3), ParseContext(source="t", instance_id="i",
+                                                                                  line_no=3)
+        a.last_ts = b.last_ts = 1.0
+        got, want = sglang_log.parse_line(line, a), sglang_log._parse_line_general(line, b)
+        assert (got, a.last_ts, a.day_epoch) == (want, b.last_ts, b.day_epoch), repr(line)
+        hit = sglang_log._batch_line(line.rstrip("\r\n"), ParseContext()) is not sglang_log._NOT_FAST
+        fast_hits[where] += hit
+    # both paths taken: the comparison covers the fast path and its refusals
+    assert fast_hits["real"] > 200 and 100 < fast_hits["fuzz"] < len(fuzz) / 2, fast_hits
