@@ -67,8 +67,13 @@ for r in res.records:
 h.update(struct.pack(f"{len(res.itl_values_s)}d", *res.itl_values_s))
 h.update(repr(list(res.itl_weights)).encode())
 h.update(repr((res.steps, res.sim_time_s, res.kv_peak_usage, res.num_retractions)).encode())
+peak = None  # this child's own peak resident memory (VmHWM: since its exec, not the parent's; benchmarks/childproc.py)
+try:
+    peak = next(int(ln.split()[1]) / 1024 for ln in open("/proc/self/status") if ln.startswith("VmHWM:"))
+except (OSError, StopIteration):
+    pass
 print(json.dumps({"cpu_s": min(times), "cpu_all_s": times, "sim_s": res.sim_time_s, "steps": res.steps,
-                  "requests": len(res.records), "digest": h.hexdigest()[:16]}))
+                  "requests": len(res.records), "digest": h.hexdigest()[:16], "peak_rss_mib": peak}))
 """
 
 CASES = (("whole_trace", 1.0), ("sparse_4x", 4.0))
@@ -128,8 +133,11 @@ def main(argv: list[str] | None = None) -> dict:
                 summary[f"{case}.{name}.cpu_s_range"] = [min(cpu), max(cpu)]
                 summary[f"{case}.{name}.sim_s_per_cpu_s"] = sim_s / med
                 summary[f"{case}.{name}.digest"] = ",".join(sorted(digests))
+                peaks = [g["peak_rss_mib"] for g in got[name] if g.get("peak_rss_mib") is not None]
+                summary[f"{case}.{name}.peak_rss_mib"] = max(peaks) if peaks else None
                 line += (f" | {name}: {med:.3f} s cpu (up to {max(cpu):.3f}), {sim_s / med:,.0f} sim s/cpu s, "
-                         f"{got[name][0]['steps']:,} steps, digest {','.join(sorted(digests))}")
+                         f"{got[name][0]['steps']:,} steps, digest {','.join(sorted(digests))}"
+                         + (f", peak RSS {max(peaks):.0f} MiB" if peaks else ""))
             if against:
                 this, old_name = sides[0][0], sides[1][0]
                 speedup = summary[f"{case}.{old_name}.cpu_s"] / summary[f"{case}.{this}.cpu_s"]

@@ -54,6 +54,7 @@ from simcore.rng import LazyGenerator
 from simcore.server import LATE, Server
 from simcore.server_state import Req
 from simcore.settings import ServerSettings, resolve
+from simcore.speculative import SpeculativeDecoding
 
 LOAD_BALANCE_METHODS = ("round_robin", "total_requests", "total_tokens")
 # server_args.py::_handle_data_parallelism: "self.schedule_conservativeness = self.schedule_conservativeness * 0.3"
@@ -396,6 +397,30 @@ class BalancedRanks:
 
     def step_time(self, shape: BatchShape) -> StepTime:
         return self.latency.step_time_ranks((shape,) * self.latency.dp)
+
+
+class BalancedSpeculative(SpeculativeDecoding):
+    """A speculative rank seen alone (a live shadow's twin of one DP rank, cf. `BalancedRanks`): the rank's
+    `SpeculativeDecoding` (config, acceptance, seeded generator: shared, so the draws continue) with every forward
+    priced by a `DpSpeculativeLatency` as if each of the D ranks ran a batch like this one (draft steps, verify
+    and draft extend as DP-attention forwards). Build with `balanced_speculative`."""
+
+    dp_latency: "DpSpeculativeLatency"
+
+    def step_time(self, shape: BatchShape) -> StepTime:
+        lat = self.dp_latency
+        return lat.step_time_ranks((shape,) * lat.target.dp)
+
+
+def balanced_speculative(speculative: SpeculativeDecoding, latency: "DpSpeculativeLatency") -> BalancedSpeculative:
+    """`BalancedSpeculative` of a rank's ``speculative`` priced by ``latency``."""
+    out = BalancedSpeculative(speculative.config, latency, latency.draft, speculative.acceptance)
+    out.rng = speculative.rng
+    out.dp_latency = latency
+    out.name = f"{latency.name}:balanced"
+    out.profile_hash = latency.profile_hash
+    out.frontend_s = latency.frontend_s
+    return out
 
 
 class DpAttentionServer:

@@ -275,6 +275,28 @@ def dp_rank_model(cfg: InstanceConfig, server_config: dict[str, Any], settings: 
 _DP_CACHE: dict[tuple[str, str, ServerSettings, str, str], LatencyModel] = {}
 
 
+def dp_rank_speculative(cfg: InstanceConfig, server_config: dict[str, Any], settings: ServerSettings,
+                        speculative: Any) -> Any:
+    """The speculative decoding of one attention-DP rank's twin (perf backend): each iteration's draft steps,
+    verify and draft extend priced as DP-attention forwards (`simcore.dp_attention.DpSpeculativeLatency`) as if
+    every rank ran a batch like this twin's (`simcore.dp_attention.balanced_speculative`); ``settings`` are the
+    server's (DP attention on), ``speculative`` the twin's own (its config, acceptance and seeded draws)."""
+    from simcore.dp_attention import balanced_speculative, build_dp_speculative_latency  # noqa: PLC0415
+    from simcore.models import load_model  # noqa: PLC0415
+    from simcore.perf.profile import CalibrationProfile  # noqa: PLC0415
+
+    gpu = _gpu_spec(cfg, server_config)
+    model = str(server_config.get("model") or cfg.model)
+    key = (model, gpu.name, settings, cfg.precision, f"{cfg.profile}:speculative")
+    if key not in _DP_CACHE:  # the D twins of one server share one (pure, memoizing) price
+        if len(_DP_CACHE) >= 64:
+            _DP_CACHE.clear()
+        prof = CalibrationProfile.load(cfg.profile) if cfg.profile is not None else None
+        _DP_CACHE[key] = build_dp_speculative_latency(speculative, load_model(model), gpu, settings, cfg.precision,
+                                                      profile=prof)
+    return balanced_speculative(speculative, _DP_CACHE[key])  # type: ignore[arg-type]
+
+
 class SimEngine:
     """Wraps a ``simcore.server.Server`` for the twin (see ``shadowsim.shadow.twin.Engine``)."""
 
@@ -296,6 +318,9 @@ class SimEngine:
         # speculative decoding (settings speculative_algorithm): the unscaled model prices its iterations, the
         # factors scale them (decode) and its prefills (prefill); the acceptance follows the log (set_acceptance)
         self.speculative = build_twin_speculative(cfg, server_config, self.settings, self.base_latency)
+        if self.speculative is not None and self.dp_ranks > 1 and not isinstance(self.base_latency,
+                                                                                 LinearLatencyModel):
+            self.speculative = dp_rank_speculative(cfg, server_config, self.server_settings, self.speculative)
         if self.speculative is not None:
             self.base_latency = self.speculative
         self.latency = ScaledLatencyModel(self.base_latency)
