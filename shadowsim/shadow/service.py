@@ -251,11 +251,12 @@ class ShadowService:
             if rec.offset < ps.next_offset:  # policy latest: skip to the end
                 return False
         ps.verify_position = False
+        events = rec.events
         if rec.error is not None:
             self._count(ps, dead_letter_reason(rec.error))  # the source parked it
-        elif not rec.events:
+        elif not events:
             ps.skipped += 1
-        elif self._apply_record(tp, ps, rec):
+        elif (self._apply_one(tp, ps, rec, events[0]) if len(events) == 1 else self._apply_record(tp, ps, rec)):
             self.counters["records_applied"] += 1
             ps.applied += 1
         ps.next_offset = rec.offset + 1
@@ -340,18 +341,20 @@ class ShadowService:
         journal = journals.get(iid)
         if journal is None:
             journal = journals[iid] = []
-        before = {iid: (len(journal), len(twin.out))}  # type: ignore[union-attr]
+        n_events, n_out = len(journal), len(twin.out)  # type: ignore[union-attr]  # (the roll-back's "before")
         try:
             twin.apply(ev, defer=True)  # type: ignore[union-attr]
         except RecordRejected as exc:
             ranks.roll_back()
-            self._roll_back(tp, ps, rec, before, {iid} if created else set(), clean=True, why=str(exc))
+            self._roll_back(tp, ps, rec, {iid: (n_events, n_out)}, {iid} if created else set(), clean=True,
+                            why=str(exc))
             self._reject(ps, rec, exc.reason, str(exc).split(": ", 1)[-1])
             return False
         except Exception as exc:  # noqa: BLE001 - no record may stop the service
             ranks.roll_back()
             why = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-            self._roll_back(tp, ps, rec, before, {iid} if created else set(), clean=False, why=why)
+            self._roll_back(tp, ps, rec, {iid: (n_events, n_out)}, {iid} if created else set(), clean=False,
+                            why=why)
             self._reject(ps, rec, "apply_error", why)
             return False
         journal.append(ev)

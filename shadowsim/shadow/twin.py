@@ -157,6 +157,16 @@ class InstanceTwin:
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, ev)
+        if defer and not self._waiting:
+            # advance(defer=True) when no request waits for its length (nearly every event): hold the simulator
+            # at the watermark; the same steps as there, without the call and the property reads
+            eng = self.engine
+            if eng is None:
+                return
+            if not self.drift_cfg.recalibrate and getattr(eng, "speculative", None) is None:
+                eng.hold(self.max_ts - self.time_cfg.allowed_lateness_s)
+                self._held = True
+                return
         self.advance(defer=defer)
 
     @staticmethod

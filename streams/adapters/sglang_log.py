@@ -22,7 +22,8 @@ import pydantic
 
 from streams.adapters import request_log
 from streams.adapters.base import _VALIDATORS, LineResult, ParseContext, build, to_float, to_int, validation_reason
-from streams.adapters.log_prefix import _NO_RANKS, _TAGS_CACHE, _fast_header, _minute, _ranks_of, split_header
+from streams.adapters.log_prefix import (_MINUTE_CACHE, _NO_RANKS, _TAGS_CACHE, _fast_header, _minute, _ranks_of,
+                                         split_header)
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # ``Prefill batch``, ``Prefil batch`` (0.1.17 typo), ``Decode batch``, optional `` [iter]``, then ``.`` or ``,``.
@@ -329,17 +330,16 @@ def _batch_line(line: str, ctx: ParseContext) -> Any:
     m = _BATCH_LINE.match(line)
     if m is None or m.end(4) >= 120:  # _fast_header looks for the bracket's end within 120 characters
         return _NOT_FAST
-    minute = _minute(m.group(1))
+    stamp, sec, ms, tags, word, it = m.groups()  # one call for the six groups
+    minute = _MINUTE_CACHE.get(stamp) or _minute(stamp)  # the cache's hit, without the call
     if minute is None:
         return _NOT_FAST
     day, hm = minute
-    ms = m.group(3)
-    tags = m.group(4)
     ctx.day_epoch = day
-    ctx.last_ts = day + (float(hm + int(m.group(2))) + (int(ms) / 1000 if ms is not None else 0.0))
+    ctx.last_ts = day + (float(hm + int(sec)) + (int(ms) / 1000 if ms is not None else 0.0))
     ranks = (_TAGS_CACHE.get(tags) or _ranks_of(tags)) if tags else _NO_RANKS
-    kind = "prefill_batch" if m.group(5) != "Decode" else "decode_batch"
-    return _batch(kind, line[m.end():], m.group(6), ranks, ctx)
+    kind = "prefill_batch" if word != "Decode" else "decode_batch"
+    return _batch(kind, line[m.end():], it, ranks, ctx)
 
 
 def parse_line(line: str, ctx: ParseContext) -> LineResult:
