@@ -100,13 +100,18 @@ class OnlineCalibrator:
         if op_class not in factors or predicted_s <= 0 or observed_s <= 0:
             return
         lo, hi = self.bounds
-        ratio = min(max(observed_s / predicted_s, lo), hi)
+        ratio = observed_s / predicted_s
+        ratio = lo if lo > ratio else ratio  # max(ratio, lo), without the calls (the same value, NaN included)
+        ratio = hi if hi < ratio else ratio  # min(ratio, hi)
         counts = self.counts
         if counts[op_class] == 0:
             factors[op_class] = ratio  # first sample: start at the data, not at the prior
         else:
             f = factors[op_class]
-            factors[op_class] = f + self.alpha * (ratio - f)
+            h, a = self._alpha_of  # self.alpha, its cache read here
+            if h != self.halflife_steps:
+                a = self.alpha
+            factors[op_class] = f + a * (ratio - f)
         counts[op_class] += 1
 
     def snapshot(self) -> dict[str, Any]:

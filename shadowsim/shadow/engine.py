@@ -348,7 +348,8 @@ class SimEngine:
     @property
     def now_ts(self) -> float:
         """The simulated clock: where the simulation is, or has been asked to be (``hold``)."""
-        return self.epoch_ts + max(float(self.env.now), self._held)
+        now, held = float(self.env.now), self._held
+        return self.epoch_ts + (held if held > now else now)  # max(now, held)
 
     def hold(self, ts: float) -> None:
         """Ask for the simulation to reach event time ``ts`` without running it yet: ``now_ts`` and submissions

@@ -58,6 +58,7 @@ DECODE_REASONS = frozenset(EVENT_KINDS) | {
     "UnicodeDecodeError", "ValueError", "TypeError", "KeyError", "RecursionError", "MemoryError", "OverflowError"}
 #: reasons the service itself dead-letters a record for
 SERVICE_REASONS = ("ts_window", "twin_cap", "apply_error", "invalid_server_config")
+_NEG_INF = -math.inf  # a constant: `-math.inf` is a global, an attribute and a negation per use
 #: threads writing the partitions' checkpoint files at once (each partition's files stay in their order)
 CHECKPOINT_WRITERS = 8
 
@@ -309,14 +310,14 @@ class ShadowService:
         twins = self.twins
         twin = twins.get(iid)
         # _admit(ps, rec, [iid]), for one event
-        if twin is not None and twin.max_ts > -math.inf:
+        if twin is not None and twin.max_ts > _NEG_INF:
             ref = twin.max_ts
         elif base_instance_id(iid) in self.config.instances:
-            ref = -math.inf
+            ref = _NEG_INF
         else:
             ref = ps.max_ts
         ts = ev.ts
-        if ref > -math.inf:
+        if ref > _NEG_INF:
             tc = self.config.time
             if not (ref - tc.max_past_s <= ts <= ref + tc.max_future_s):
                 refused = self._admit(ps, rec, [iid])  # the reason and its text, as for any record

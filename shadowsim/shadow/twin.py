@@ -150,7 +150,8 @@ class InstanceTwin:
         self.last_event_wall_ts = self._clock()
         if self.epoch_ts is None:
             self.epoch_ts = math.floor(ts)  # whole seconds keep the simulated clock's float precision high
-        if self.engine is not None and ts < self.engine.now_ts:
+        eng = self.engine
+        if eng is not None and ts < eng.now_ts:
             stats.events_late += 1  # behind the simulated time: applied, but the simulator cannot go back
         if ts > self.max_ts:  # max(self.max_ts, ts)
             self.max_ts = ts
@@ -160,7 +161,7 @@ class InstanceTwin:
         if defer and not self._waiting:
             # advance(defer=True) when no request waits for its length (nearly every event): hold the simulator
             # at the watermark; the same steps as there, without the call and the property reads
-            eng = self.engine
+            eng = self.engine  # (the handler may have built it)
             if eng is None:
                 return
             if not self.drift_cfg.recalibrate and getattr(eng, "speculative", None) is None:
@@ -260,13 +261,19 @@ class InstanceTwin:
         self._observe_batch(ev)
         # Always fed, even before the first request is submitted (which builds the engine): a step dropped here is
         # missing from S() for every request in flight, e.g. the first seconds of a long-prompt trace.
-        self._anchor().on_prefill_batch(ev)
+        a = self._anchor_obj
+        if a is None or a.timeline is not self.timeline:  # self._anchor(), its check read here
+            a = self._anchor()
+        a.on_prefill_batch(ev)
 
     def _on_decode(self, ev: DecodeBatch) -> None:
         self._observe_batch(ev)
         if ev.accept_len is not None:  # one line averages running × decode_log_interval verify passes
             self.acceptance.observe(ev.accept_len, max(1, ev.running_reqs or 0) * DEFAULT_DECODE_LOG_INTERVAL)
-        self._anchor().on_decode_batch(ev)
+        a = self._anchor_obj
+        if a is None or a.timeline is not self.timeline:  # self._anchor(), its check read here
+            a = self._anchor()
+        a.on_decode_batch(ev)
 
     def _on_forward(self, ev: ForwardPass) -> None:
         if ev.queued_reqs is not None:

@@ -92,12 +92,13 @@ class LinearLatencyModel:
     profile_hash: str = "none"
 
     def step_time(self, shape: BatchShape) -> StepTime:
-        if shape.mode == "idle":
+        extend_lens = shape.extend_lens
+        if not extend_lens and not shape.num_decode:  # shape.mode == "idle", without the property
             return StepTime(0.0, self.cpu_s)
         bs = shape.cuda_graph_bs if shape.cuda_graph_bs is not None else shape.num_decode
         gpu = (
             self.base_s
-            + self.per_extend_token_s * shape.num_extend_tokens
+            + self.per_extend_token_s * sum(extend_lens)  # shape.num_extend_tokens
             + self.per_prefix_token_s * sum(shape.prefix_lens)
             + self.per_decode_req_s * bs
             + self.per_kv_token_s * shape.decode_sum_kv

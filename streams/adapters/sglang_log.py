@@ -345,7 +345,8 @@ def _batch_line(line: str, ctx: ParseContext) -> Any:
 def parse_line(line: str, ctx: ParseContext) -> LineResult:
     """Parse one raw log line (any era, any prefix). See the module docstring for the result contract."""
     if line[:1] == "[" and "\x1b" not in line:
-        fast = _batch_line(line.rstrip("\r\n"), ctx) if "\r" not in line.rstrip("\r\n") else _NOT_FAST
+        stripped = line.rstrip("\r\n")
+        fast = _batch_line(stripped, ctx) if "\r" not in stripped else _NOT_FAST
         if fast is not _NOT_FAST:
             return fast  # type: ignore[no-any-return]
     return _parse_line_general(line, ctx)
