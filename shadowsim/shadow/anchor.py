@@ -131,7 +131,11 @@ class Anchor:
         if self.timeline.saw_forward_passes:
             return  # the exact per-step feed is there; log lines would count the same steps twice
         n = max(1, ev.new_seqs)  # at most MAX_BATCH_REQS (simcore.events)
-        shape = BatchShape(extend_lens=_spread(max(ev.new_tokens, n), n), prefix_lens=_spread(ev.cached_tokens, n))
+        if n == 1:  # _spread of one request, without the calls
+            new_tokens = ev.new_tokens
+            shape = BatchShape(extend_lens=(new_tokens if new_tokens > 1 else 1,), prefix_lens=(ev.cached_tokens,))
+        else:
+            shape = BatchShape(extend_lens=_spread(max(ev.new_tokens, n), n), prefix_lens=_spread(ev.cached_tokens, n))
         st = self.latency.step_time(shape)  # step_time_s, written out (once per batch line)
         self.timeline.add(ev.ts, max(st.gpu_s, st.cpu_s) if self.overlap else st.gpu_s + st.cpu_s)
 
