@@ -15,6 +15,7 @@ The same observed/predicted step pairs feed the online calibrator (performance d
 from __future__ import annotations
 
 import bisect
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,15 +138,20 @@ class Anchor:
         else:
             shape = BatchShape(extend_lens=_spread(max(ev.new_tokens, n), n), prefix_lens=_spread(ev.cached_tokens, n))
         st = self.latency.step_time(shape)  # step_time_s, written out (once per batch line)
-        self.timeline.add(ev.ts, max(st.gpu_s, st.cpu_s) if self.overlap else st.gpu_s + st.cpu_s)
+        gpu, cpu = st.gpu_s, st.cpu_s
+        self.timeline.add(ev.ts, (cpu if cpu > gpu else gpu) if self.overlap else gpu + cpu)  # max(gpu, cpu)
 
     def on_decode_batch(self, ev: DecodeBatch) -> None:
         bs = ev.running_reqs
         if bs == 0:
             return
-        shape = BatchShape(num_decode=bs, decode_sum_kv=ev.kv_tokens or 0, cuda_graph_bs=padded_bs(bs, self.graph_sizes))
+        sizes = self.graph_sizes
+        i = bisect_left(sizes, bs)  # padded_bs(bs, sizes), written out (once per batch line)
+        shape = BatchShape(num_decode=bs, decode_sum_kv=ev.kv_tokens or 0,
+                           cuda_graph_bs=sizes[i] if i < len(sizes) else None)
         st = self.latency.step_time(shape)  # step_time_s, written out (once per batch line)
-        pred = max(st.gpu_s, st.cpu_s) if self.overlap else st.gpu_s + st.cpu_s
+        gpu, cpu = st.gpu_s, st.cpu_s
+        pred = (cpu if cpu > gpu else gpu) if self.overlap else gpu + cpu  # max(gpu, cpu)
         if ev.gen_throughput_tok_s:
             # bs tokens per decode step (bs × accept len for a speculative server, whose step is one iteration):
             # observed step time = tokens / throughput (includes interleaved prefills, so it is only used when no
