@@ -121,6 +121,7 @@ def _free_port() -> int:
 
 
 def end_to_end(n: int, poll_s: float = PROGRESS_POLL_S) -> dict[str, float]:
+    from benchmarks.childproc import peak_rss_of
     from streams.broker import EmbeddedBroker
     from streams.decode import decode_record
     from streams.kafka_io import EventProducer
@@ -144,7 +145,10 @@ def end_to_end(n: int, poll_s: float = PROGRESS_POLL_S) -> dict[str, float]:
         first: tuple[float, int, float] | None = None
         last: tuple[float, int, float] = (0.0, 0, 0.0)
         deadline = time.monotonic() + 600
+        peak_rss = float("nan")  # the `shadowsim run` child's own peak (VmHWM since its exec; not this parent's)
         while proc.poll() is None and time.monotonic() < deadline:
+            seen = peak_rss_of(proc.pid)
+            peak_rss = seen if seen is not None else peak_rss
             got = _records_processed(port)
             now = time.monotonic()
             if got:
@@ -171,7 +175,8 @@ def end_to_end(n: int, poll_s: float = PROGRESS_POLL_S) -> dict[str, float]:
             "window_s": window,
             # the same records per CPU second of the `shadowsim run` process: the rate one free core gives
             "events_per_cpu_s": (last[1] - first[1]) / cpu if cpu > 0 else float("nan"),
-            "cpu_share": cpu / window if window > 0 else float("nan")}
+            "cpu_share": cpu / window if window > 0 else float("nan"),
+            "run_peak_rss_mib": peak_rss}
 
 
 def _pending_log(in_flight: int, steps: int) -> list[Any]:
@@ -227,9 +232,14 @@ def pending_cost(in_flight: int, steps: int = 6000) -> float:
 
 
 def bench(n: int, poll_s: float = PROGRESS_POLL_S) -> dict[str, float]:
+    from benchmarks.childproc import own_peak_rss_mib, reset_peak_rss
+
     res = end_to_end(n, poll_s)
     res["us_per_event_pending_10"] = pending_cost(10)
+    # the in-process part's own peak: counted from here (reset_peak_rss), not from whatever this process did before
+    counted = reset_peak_rss()
     res["us_per_event_pending_4000"] = pending_cost(4000)
+    res["pending_4000_peak_rss_mib"] = own_peak_rss_mib() if counted else float("nan")
     res["pending_ratio"] = res["us_per_event_pending_4000"] / res["us_per_event_pending_10"]
     return res
 
@@ -248,9 +258,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         print(f"  events/s end to end            {res['events_per_s']:>10,.0f}   (window {res['window_s']:.1f} s, "
               f"the process had {res['cpu_share']:.0%} of a core)")
         print(f"  events per CPU second          {res['events_per_cpu_s']:>10,.0f}")
+        print(f"  peak RSS of `shadowsim run`    {res['run_peak_rss_mib']:>10,.0f} MiB (its own VmHWM)")
         print(f"  µs/event, 10 requests in flight   {res['us_per_event_pending_10']:>7.1f}")
         print(f"  µs/event, 4000 requests in flight {res['us_per_event_pending_4000']:>7.1f}   "
-              f"(ratio {res['pending_ratio']:.2f})")
+              f"(ratio {res['pending_ratio']:.2f}; peak RSS of that part {res['pending_4000_peak_rss_mib']:.0f} MiB)")
     print(json.dumps({"bench": "ingest", **{k: round(v, 3) for k, v in res.items()}}))
     return res
 
