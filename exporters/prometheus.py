@@ -160,7 +160,12 @@ class ShadowCollector(Collector):
                                          "snapshot fallbacks, offset resets", labels=["kind"])
         for kind in _RECOVERY_KINDS:
             recoveries.add_metric([kind], float(view.service_counters.get(kind, 0)))
-        service = [skipped, recoveries]
+        # table entries the service forgot by the twins' expiry rule (issue 11): DP-rank routes of requests whose
+        # finish never came (shadowsim.shadow.ranks.RankRouter.expire)
+        forgotten = CounterMetricFamily(P + "table_entries_expired", "service table entries forgotten by event-time "
+                                        "expiry: dp_rank_routes (requests whose finish never came)", labels=["table"])
+        forgotten.add_metric(["dp_rank_routes"], float(view.service_counters.get("dp_routes_expired", 0)))
+        service = [skipped, recoveries, forgotten]
         fams = _InstanceFamilies(build, up, lat, ape, mape, thr, drift, fac, base, counters, gauges, processed,
                                  late, lag, last, expired, shed)
         dropped = GaugeMetricFamily(P + "series_dropped", "series of this SGLang instance left out of this "

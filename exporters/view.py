@@ -64,7 +64,8 @@ class ShadowView:
     records_processed: int
     checkpoints: int
     records_skipped: int = 0  # records with nothing of SGLang's in them
-    #: twin_rebuilds, twin_resets, snapshot_fallbacks, offset_resets (shadowsim.shadow.service.ShadowService.counters)
+    #: twin_rebuilds, twin_resets, snapshot_fallbacks, offset_resets (shadowsim.shadow.service.ShadowService.counters),
+    #: dp_routes_expired (shadowsim.shadow.ranks.RankRouter.expired)
     service_counters: dict[str, int] = field(default_factory=dict)
     #: at most this many series per SGLang instance (``series_group``) in one exposition; None: no budget
     max_series_per_instance: int | None = None

@@ -14,11 +14,17 @@ server keeps one twin per rank: `RankRouter.twin_id` maps each event to ``<insta
 
 The DP size of an instance is its configured ``settings.dp_size`` or the ``dp_size`` of a ``server_config``
 event; before either is known, request events stay on the instance's own twin.
+
+A request's entry leaves the table with its finish, or (``expire``) when its rank twin forgets it unjoined: by the
+twins' own rule, once its arrival is more than ``max_wait_s + pending_expiry_margin_s`` behind that twin's watermark
+(event time), so a request whose finish never arrives does not keep its entry for ever.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import OrderedDict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
+import math
 from typing import Any, Callable
 
 RANK_SEP = "#dp"
@@ -26,7 +32,9 @@ RANK_SEP = "#dp"
 MAX_CONFIGURED_CACHE = 10_000
 _MISSING = object()
 #: version of ``RankRouter.snapshot()``'s form, stored in checkpoints (``restore`` refuses any other)
-ROUTER_STATE_VERSION = 1
+ROUTER_STATE_VERSION = 2
+#: the form before entries carried their arrival time (``restore`` still reads it)
+_UNTIMED_STATE_VERSION = 1
 
 
 _FIELDS: dict[type, tuple[bool, bool] | None] = {}
@@ -62,6 +70,11 @@ class RankRouter:
     _dp_size: dict[str, int] = field(default_factory=dict)
     _next_rank: dict[str, int] = field(default_factory=dict)
     _request_rank: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: rank twin id -> {request id: arrival ts} of its entries in ``_request_rank``, oldest insertion first: expiry
+    #: scans from the front (an OrderedDict: popping its front is O(1), a dict's front fills with holes)
+    _open: dict[str, OrderedDict[str, float]] = field(default_factory=dict)
+    #: entries expired (``expire``) in this process: shadowsim_dp_routes_expired_total
+    expired: int = 0
 
     _configured: dict[str, int] = field(default_factory=dict)  # configured_dp_size, asked once per instance
     #: what routing changed since ``commit``: (table, key, previous value or _MISSING), so that a record the service
@@ -124,29 +137,74 @@ class RankRouter:
             k = self._next_rank.get(iid, 0)
             self._set(self._request_rank, key, k % n)
             self._set(self._next_rank, iid, k + 1)
-        rank = self._request_rank[key]
+            twin = rank_twin_id(iid, k % n)
+            opened = self._open.get(twin)
+            if opened is None:
+                opened = OrderedDict()
+                self._set(self._open, twin, opened)
+            self._set(opened, rid, float(ev.ts))
+            return twin
+        twin = rank_twin_id(iid, self._request_rank[key])
         if kind == "request_finished":
             self._set(self._request_rank, key, _MISSING)
-        return rank_twin_id(iid, rank)
+            opened = self._open.get(twin)
+            if opened is not None and rid in opened:
+                self._set(opened, rid, _MISSING)
+        return twin
+
+    def expire(self, twin_id: str, horizon: float) -> int:
+        """Forget the entries of ``twin_id``'s requests that arrived before ``horizon`` (event time): the service
+        calls it after each applied record with the twin's ``watermark − (max_wait_s + pending_expiry_margin_s)``,
+        the horizon beyond which the twin itself forgets a request unjoined (``InstanceTwin._gc``). Scans from the
+        oldest entry and stops at the first younger one, so it costs O(1) amortised per event; an entry inserted
+        after a younger one (arrivals out of order) waits for it. Not undone by ``roll_back`` (call it once the
+        record is kept). A finish that arrives later is routed like that of an unknown request. Returns how many
+        entries it forgot (counted in ``expired``)."""
+        opened = self._open.get(twin_id)
+        if not opened:
+            return 0
+        n = 0
+        iid = twin_id.rsplit(RANK_SEP, 1)[0]
+        table = self._request_rank
+        while opened:
+            rid, ts = next(iter(opened.items()))
+            if not ts < horizon:
+                break
+            opened.popitem(last=False)
+            table.pop((iid, rid), None)
+            n += 1
+        self.expired += n
+        return n
 
     def snapshot(self, instances: Iterable[str] | None = None) -> dict[str, Any]:
         """The routing state (``ROUTER_STATE_VERSION``) of ``instances`` (SGLang instance ids; None: all): DP sizes
         learnt from ``server_config`` events, the next rank of the round robin, and the rank of every request in
-        flight. The service stores it in each partition's checkpoint with the instances of that partition."""
+        flight with its arrival time (``[instance, request, rank, arrival_ts]``, each rank's requests in the order
+        ``expire`` scans them; an expired entry is not in it). The service stores it in each partition's checkpoint
+        with the instances of that partition."""
         sel = None if instances is None else set(instances)
+        entries = []
+        for twin in sorted(self._open):
+            iid, rank_text = twin.rsplit(RANK_SEP, 1)
+            if sel is None or iid in sel:
+                rank = int(rank_text)
+                entries += [[iid, r, rank, ts] for r, ts in self._open[twin].items()]
         return {"version": ROUTER_STATE_VERSION,
                 "dp_size": {k: v for k, v in sorted(self._dp_size.items()) if sel is None or k in sel},
                 "next_rank": {k: v for k, v in sorted(self._next_rank.items()) if sel is None or k in sel},
-                "request_rank": [[i, r, k] for (i, r), k in sorted(self._request_rank.items())
-                                 if sel is None or i in sel]}
+                "request_rank": entries}
 
-    def restore(self, data: dict[str, Any], *, merge: bool = False) -> None:
+    def restore(self, data: dict[str, Any], *, merge: bool = False,
+                untimed_arrival: Callable[[str], float] | None = None) -> None:
         """Install ``snapshot()`` output: replace the whole state, or (``merge``) add the instances it holds to the
         state of others (a newly assigned partition). Raises ``ValueError`` on a state of another version or of the
-        wrong structure, leaving the router unchanged."""
-        version = data.get("version", ROUTER_STATE_VERSION)  # the first form (tests only) had no version
-        if version != ROUTER_STATE_VERSION:
+        wrong structure, leaving the router unchanged. The entries of a version-1 state carry no arrival time: they
+        get ``untimed_arrival(rank twin id)`` (the service gives the restored twin's watermark, so they expire at
+        most ``max_wait_s + pending_expiry_margin_s`` after the restore), else the newest time they can have."""
+        version = data.get("version", _UNTIMED_STATE_VERSION)  # the first form (tests only) had no version
+        if version not in (ROUTER_STATE_VERSION, _UNTIMED_STATE_VERSION):
             raise ValueError(f"router state version {version!r}, expected {ROUTER_STATE_VERSION}")
+        width = 4 if version == ROUTER_STATE_VERSION else 3
 
         def count(v: Any, what: str) -> int:
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -156,16 +214,28 @@ class RankRouter:
         dp_size = {str(k): count(v, f"dp_size[{k!r}]") for k, v in dict(data.get("dp_size", {})).items()}
         next_rank = {str(k): count(v, f"next_rank[{k!r}]") for k, v in dict(data.get("next_rank", {})).items()}
         request_rank: dict[tuple[str, str], int] = {}
+        opened: dict[str, OrderedDict[str, float]] = {}
         for entry in data.get("request_rank", []):
-            if not isinstance(entry, (list, tuple)) or len(entry) != 3:
-                raise ValueError(f"router state: request_rank entry {entry!r} is not [instance, request, rank]")
-            i, r, k = entry
-            request_rank[(str(i), str(r))] = count(k, f"the rank of request {r!r}")
+            if not isinstance(entry, (list, tuple)) or len(entry) != width:
+                form = "[instance, request, rank, arrival_ts]" if width == 4 else "[instance, request, rank]"
+                raise ValueError(f"router state: request_rank entry {entry!r} is not {form}")
+            i, r, k = str(entry[0]), str(entry[1]), count(entry[2], f"the rank of request {entry[1]!r}")
+            twin = rank_twin_id(i, k)
+            if width == 4:
+                ts = entry[3]
+                if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+                    raise ValueError(f"router state: the arrival time of request {r!r} is {ts!r}, not a time")
+            else:
+                ts = untimed_arrival(twin) if untimed_arrival is not None else math.inf
+            request_rank[(i, r)] = k
+            opened.setdefault(twin, OrderedDict())[r] = float(ts)
         if not merge:
-            self._dp_size, self._next_rank, self._request_rank = {}, {}, {}
+            self._dp_size, self._next_rank, self._request_rank, self._open = {}, {}, {}, {}
         self._dp_size.update(dp_size)
         self._next_rank.update(next_rank)
         self._request_rank.update(request_rank)
+        for twin, entries in opened.items():
+            self._open.setdefault(twin, OrderedDict()).update(entries)
         self._undo.clear()
 
     def forget(self, instances: Iterable[str]) -> None:
@@ -176,3 +246,5 @@ class RankRouter:
                 del table[k]
         for key in [key for key in self._request_rank if key[0] in gone]:
             del self._request_rank[key]
+        for twin in [twin for twin in self._open if twin.rsplit(RANK_SEP, 1)[0] in gone]:
+            del self._open[twin]

@@ -133,6 +133,15 @@ class ShadowService:
                     self.source.seek(tp, ps.next_offset)
                 self.partitions[tp] = ps
 
+    @staticmethod
+    def _untimed_arrival(twins: dict[str, InstanceTwin]) -> Callable[[str], float]:
+        """For a router state of version 1 (entries without their arrival time): a restored entry counts as arriving
+        at its rank twin's watermark, so it expires at most ``max_wait_s + pending_expiry_margin_s`` later."""
+        def arrival(twin_id: str) -> float:
+            twin = twins.get(twin_id)
+            return twin.watermark if twin is not None and twin.max_ts > -math.inf else math.inf
+        return arrival
+
     def _restore_partition(self, tp: TP, ps: PartitionState) -> bool:
         """Install the newest snapshot of ``tp`` whose twins all restore; older ones are the fallback."""
         manifests = self.store.manifests(*tp)
@@ -147,7 +156,8 @@ class ShadowService:
                     twin.restore(tstate)
                     twins[iid] = twin
                 if snap.get("ranks") is not None:  # checkpoints before the router was in them have none
-                    routing.restore(snap["ranks"])  # checked here, installed below with the twins
+                    routing.restore(snap["ranks"], untimed_arrival=self._untimed_arrival(twins))  # checked here,
+                    # installed below with the twins
             except Exception as exc:  # noqa: BLE001 - a wrong-structure state: try the previous checkpoint
                 log.warning("snapshot %s: its state does not restore (%s: %s); trying an older snapshot", path,
                             type(exc).__name__, " ".join(str(exc).split())[:200])
@@ -163,7 +173,8 @@ class ShadowService:
             ps.applied = int(snap.get("applied", 0))  # absent in older checkpoints
             ps.max_ts = float(snap["max_ts"]) if snap.get("max_ts") is not None else -math.inf
             if snap.get("ranks") is not None:
-                self.ranks.restore(snap["ranks"], merge=True)  # requests in flight keep their DP rank
+                # requests in flight keep their DP rank
+                self.ranks.restore(snap["ranks"], merge=True, untimed_arrival=self._untimed_arrival(twins))
             for iid, twin in twins.items():
                 self.twins[iid] = twin
                 self.twin_partition[iid] = tp
@@ -363,6 +374,9 @@ class ShadowService:
         self._held.add(iid)
         if ranks._undo:  # ranks.commit()  # noqa: SLF001
             ranks.commit()
+        if ranks._open:  # noqa: SLF001 - DP routing entries exist: forget those the twin forgets (issue 11)
+            tc = self.config.time
+            ranks.expire(iid, twin.watermark - (tc.max_wait_s + tc.pending_expiry_margin_s))  # type: ignore[union-attr]
         if ts > ps.max_ts:
             ps.max_ts = ts
         return True
@@ -414,6 +428,10 @@ class ShadowService:
             self._reject(ps, rec, "apply_error", why)
             return False
         self.ranks.commit()
+        if self.ranks._open:  # noqa: SLF001
+            tc = self.config.time
+            for iid in set(ids):
+                self.ranks.expire(iid, twins[iid].watermark - (tc.max_wait_s + tc.pending_expiry_margin_s))
         newest = events[0].ts if len(events) == 1 else max(ev.ts for ev in events)
         if newest > ps.max_ts:  # max(ps.max_ts, newest)
             ps.max_ts = newest

@@ -78,5 +78,6 @@ def build_view(service: ShadowService) -> ShadowView:
             ))
         return ShadowView(out, service.dead_letters(), service.records_processed, service.checkpoints,
                           records_skipped=service.records_skipped(),
-                          service_counters={k: v for k, v in service.counters.items() if k in SERVICE_COUNTERS},
+                          service_counters={**{k: v for k, v in service.counters.items() if k in SERVICE_COUNTERS},
+                                            "dp_routes_expired": service.ranks.expired},
                           max_series_per_instance=service.config.limits.max_series_per_instance)

@@ -99,7 +99,8 @@ def test_instance_label_is_sglang_instance_never_the_targets_instance() -> None:
     samples = [ln for ln in text.splitlines() if ln.startswith("shadowsim_") and "{" in ln]
     assert len(samples) > 50
     assert not any(re.search(r'[{,]instance="', ln) for ln in samples)
-    service_level = ("shadowsim_events_dead_lettered", "shadowsim_records_skipped", "shadowsim_recoveries")
+    service_level = ("shadowsim_events_dead_lettered", "shadowsim_records_skipped", "shadowsim_recoveries",
+                     "shadowsim_table_entries_expired")
     per_instance = [ln for ln in samples if not ln.startswith(service_level)]
     assert all('sglang_instance="sglang-0"' in ln for ln in per_instance)
 

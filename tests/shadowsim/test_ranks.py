@@ -86,7 +86,7 @@ def test_refused_records_leave_the_router_as_it_was_and_a_flood_of_ids_keeps_it_
     assert sorted(svc.twins) == ["real-0", "real-1"]
     assert svc.dead_letters() == {"twin_cap": len(evs) - 2}
     r = svc.ranks
-    assert r._dp_size == {} and r._next_rank == {} and r._request_rank == {} and r._undo == []
+    assert r._dp_size == {} and r._next_rank == {} and r._request_rank == {} and r._open == {} and r._undo == []
     assert len(r._configured) <= MAX_CONFIGURED_CACHE
 
 
@@ -170,8 +170,8 @@ def test_the_router_state_is_versioned_and_older_checkpoints_still_restore(tmp_p
     newest, older, *oldest = svc.store.manifests("t", 0)
     doc = json.loads(newest.read_bytes())
     assert doc["next_offset"] == 10 and json.loads(older.read_bytes())["next_offset"] == 7
-    assert doc["ranks"]["version"] == 1 and doc["ranks"]["request_rank"]  # requests in flight, with their ranks
-    in_flight = {r for _, r, _ in doc["ranks"]["request_rank"]}
+    assert doc["ranks"]["version"] == 2 and doc["ranks"]["request_rank"]  # requests in flight, with their ranks
+    in_flight = {r for _, r, _, _ in doc["ranks"]["request_rank"]}
     # an unknown version: the newest checkpoint is refused, the older one (offset 7) is used
     bad = dict(doc, ranks=dict(doc["ranks"], version=99))
     newest.write_bytes(json.dumps(bad).encode())
@@ -231,3 +231,164 @@ def test_a_dp_attention_server_config_builds_each_rank_twin_as_a_dp_rank() -> No
     plain = SimEngine(cfg, {"tp_size": 8, "dp_size": 8}, epoch_ts=1.8e9)
     assert plain.dp_ranks == 1 and plain.settings.schedule_conservativeness == 1.0
     assert not plain.base_latency.name.endswith(":dp8")
+
+
+# ---- router entries expire like the twins' pending requests (issue 11, bounded memory) ---------------------------
+def _expiry_config(state: Path, every_events: int = 10**9) -> ShadowConfig:
+    from shadowsim.shadow.config import TimeConfig
+
+    # a request neither finished nor forgotten 5 + 10 s after its arrival is forgotten (watermark: newest − 2 s)
+    return ShadowConfig(instances={"default": InstanceConfig(model="unknown", latency_backend="linear",
+                                                             settings={"dp_size": 3})},
+                        time=TimeConfig(max_wait_s=5.0, pending_expiry_margin_s=10.0, allowed_lateness_s=2.0),
+                        snapshot=SnapshotConfig(dir=state, every_events=every_events, every_s=1e9))
+
+
+def test_requests_that_never_finish_keep_the_router_table_bounded(tmp_path: Path) -> None:
+    """600 requests of a DP-3 instance arrive 1 s apart and none finishes (a lossy stream). The router kept every
+    entry (600 at the end); now an entry leaves when its rank twin forgets the request (arrival more than
+    max_wait_s + pending_expiry_margin_s = 15 s behind that twin's watermark): each rank twin sees an arrival every
+    3 s, so it holds at most ceil((15 + 2) / 3) + 1 = 7 entries, 21 in all. The router forgets exactly what the
+    twins forget, counted, the same with 1 or 64 records per poll batch."""
+    from exporters.prometheus import make_registry
+    from shadowsim.shadow.view import build_view
+
+    n = 600
+    evs = [RequestArrived(instance_id="dp", ts=T0 + i, event_id=f"a{i}", request_id=f"q{i}", prompt_tokens=50 + i % 7,
+                          max_new_tokens=8, source="t") for i in range(n)]
+    recs = tuple(Record("t", 0, k, b"dp", [e]) for k, e in enumerate(evs))
+    got = {}
+    for batch in (1, 64):
+        sizes: list[int] = []
+        svc = ShadowService(_expiry_config(tmp_path / f"s{batch}"),
+                            lambda a, r: MemorySource(recs, a, r, batch=batch), engine_factory, clock=lambda: 0.0)
+        svc.run(idle_timeout_s=0, poll_timeout_s=0, on_batch=lambda s: sizes.append(len(s.ranks._request_rank)))
+        table = svc.ranks._request_rank
+        rank_twins = [svc.twins[rank_twin_id("dp", k)] for k in range(3)]
+        assert max(sizes) <= 21 and len(table) <= 21, (batch, max(sizes))
+        # exactly what the twins forgot and what they still hold
+        assert svc.ranks.expired == sum(t.stats.requests_expired for t in rank_twins) == n - len(table) >= 570
+        assert {r for _, r in table} == {r for t in rank_twins for r in t.pending}
+        for (_, rid), rank in table.items():
+            assert rid in svc.twins[rank_twin_id("dp", rank)].pending
+        reg = make_registry(lambda: build_view(svc))
+        assert reg.get_sample_value("shadowsim_table_entries_expired_total",
+                                    {"table": "dp_rank_routes"}) == svc.ranks.expired
+        got[batch] = (svc.ranks.snapshot(), svc.ranks.expired, [t.stats.snapshot() for t in rank_twins])
+        svc.close()
+    assert got[1] == got[64]
+
+
+def _lost_finish_stream() -> list[Record]:
+    """DP-3: request ``lost`` arrives first (rank 0) and its finish comes 61 s later, long after the router and the
+    twin forgot it (15 s); 60 other requests arrive 1 s apart and finish 2 s after their arrival."""
+    evs: list[tuple[float, int, object]] = [(T0, 0, RequestArrived(instance_id="dp", ts=T0, event_id="lost:a",
+                                                                  request_id="lost", prompt_tokens=64, source="t"))]
+    for i in range(60):
+        a = T0 + 0.5 + i
+        evs.append((a, 1, RequestArrived(instance_id="dp", ts=a, event_id=f"a{i}", request_id=f"q{i}",
+                                         prompt_tokens=80 + 3 * i, source="t")))
+        evs.append((a + 2.0, 2, RequestFinished(instance_id="dp", ts=a + 2.0, event_id=f"f{i}", request_id=f"q{i}",
+                                                prompt_tokens=80 + 3 * i, output_tokens=3 + i % 4, ttft_s=0.1,
+                                                e2e_s=2.0, source="t")))
+    evs.append((T0 + 61.0, 3, RequestFinished(instance_id="dp", ts=T0 + 61.0, event_id="lost:f", request_id="lost",
+                                              prompt_tokens=64, output_tokens=5, ttft_s=0.2, e2e_s=61.0,
+                                              source="t")))
+    evs.sort(key=lambda x: (x[0], x[1]))
+    return [Record("t", 0, k, b"dp", [e]) for k, (_, _, e) in enumerate(evs)]
+
+
+def test_an_entry_expired_before_a_crash_stays_expired_and_its_late_finish_is_an_unknown_request(
+        tmp_path: Path) -> None:
+    """The entry of ``lost`` expires (its rank twin forgets the request too); a checkpoint after that holds no entry
+    for it, so after a crash it is not restored, and its finish, 61 s after its arrival, is routed as the finish of
+    an unknown request is: to the instance's own twin, which counts it as a finished request (as a source that only
+    reports finishes). Crashes at random points give the predictions, counters and router table of an
+    uninterrupted run."""
+    import json
+    import random
+
+    from shadowsim.shadow.sink import PredictionSink, read_predictions
+
+    recs = _lost_finish_stream()
+    lost_finish = next(k for k, r in enumerate(recs) if r.events[0].event_id == "lost:f")
+    ref = ShadowService(_expiry_config(tmp_path / "ref", 7), lambda a, r: MemorySource(recs, a, r), engine_factory,
+                        sink=PredictionSink(tmp_path / "ref.jsonl"), clock=lambda: 0.0)
+    ref.run(idle_timeout_s=0, poll_timeout_s=0)
+    ref.close()
+    want = read_predictions(tmp_path / "ref.jsonl")
+    assert ref.ranks.expired == 1 and ref.ranks._request_rank == {}
+    assert ref.twins["dp#dp0"].stats.requests_expired == 1
+    assert ref.twins["dp"].stats.counters["requests_finished"]["actual"] == 1  # the late finish, nowhere else
+    assert sum(ref.twins[rank_twin_id("dp", k)].stats.counters["requests_finished"]["actual"] for k in range(3)) == 60
+
+    # a crash after the expiry and a checkpoint: the manifest has no entry for `lost`, the restore brings none back
+    state = tmp_path / "crash"
+    svc = ShadowService(_expiry_config(state, 7), lambda a, r: MemorySource(recs, a, r, batch=1), engine_factory,
+                        clock=lambda: 0.0)
+    svc.run(max_records=lost_finish - 3, poll_timeout_s=0, checkpoint_at_end=False)
+    assert svc.ranks.expired == 1 and ("dp", "lost") not in svc.ranks._request_rank
+    committed = dict(svc.source.committed)  # type: ignore[attr-defined]
+    doc = json.loads(svc.store.manifests("t", 0)[0].read_bytes())
+    assert doc["next_offset"] < lost_finish and doc["ranks"]["request_rank"]  # other requests are in flight
+    assert "lost" not in {r for _, r, _, _ in doc["ranks"]["request_rank"]}
+    again = ShadowService(_expiry_config(state, 7), lambda a, r: MemorySource(recs, a, r, committed=committed),
+                          engine_factory, clock=lambda: 0.0)
+    again.run(max_records=0, poll_timeout_s=0, checkpoint_at_end=False)
+    assert ("dp", "lost") not in again.ranks._request_rank and again.ranks._request_rank
+    again.run(idle_timeout_s=0, poll_timeout_s=0)
+    assert again.ranks.snapshot() == ref.ranks.snapshot()
+    assert again.twins["dp"].stats.counters["requests_finished"]["actual"] == 1
+
+    rng = random.Random(7)
+    for trial in range(2):
+        state, sink_path = tmp_path / f"s{trial}", tmp_path / f"p{trial}.jsonl"
+        committed = {}
+        for _ in range(4):
+            svc = ShadowService(_expiry_config(state, 7),
+                                lambda a, r: MemorySource(recs, a, r, batch=rng.randint(1, 6),
+                                                          committed=dict(committed)),
+                                engine_factory, sink=PredictionSink(sink_path), clock=lambda: 0.0)
+            svc.run(max_records=rng.randint(10, 40), poll_timeout_s=0, checkpoint_at_end=False)
+            committed = dict(svc.source.committed)  # type: ignore[attr-defined]
+            svc.sink._f.close()  # type: ignore[union-attr]  # no flush, no checkpoint: the process is gone
+        svc = ShadowService(_expiry_config(state, 7), lambda a, r: MemorySource(recs, a, r, committed=committed),
+                            engine_factory, sink=PredictionSink(sink_path), clock=lambda: 0.0)
+        svc.run(idle_timeout_s=0, poll_timeout_s=0)
+        svc.close()
+        assert read_predictions(sink_path) == want, trial
+        assert svc.ranks.snapshot() == ref.ranks.snapshot(), trial
+        for iid in ref.twins:
+            assert svc.twins[iid].stats.snapshot() == ref.twins[iid].stats.snapshot(), (trial, iid)
+
+
+def test_router_expiry_scans_from_the_oldest_and_reads_version_1_states() -> None:
+    """``expire`` forgets entries older than the horizon, oldest first, and stops at the first younger one; a
+    finish after expiry goes where an unknown request's goes (the instance twin). A version-1 state (entries
+    without arrival time) restores with the time ``untimed_arrival`` gives; a bad arrival time is refused."""
+    import pytest
+
+    router = RankRouter(lambda iid: 3 if iid == "dp" else 1)
+    common = {"instance_id": "dp", "source": "t"}
+    for k, ts in enumerate([10.0, 11.0, 12.0, 13.0, 14.0, 15.0]):  # ranks 0 1 2 0 1 2
+        router.twin_id(RequestArrived(ts=ts, event_id=f"r{k}:a", request_id=f"r{k}", prompt_tokens=5, **common))
+    router.commit()
+    assert router.expire("dp#dp0", 13.0) == 1 and router.expire("dp#dp0", 13.0) == 0  # r0 (10 s), not r3 (13 s)
+    assert router.expire("dp#dp1", 100.0) == 2 and router.expired == 3 and router.expire("nope#dp0", 1e9) == 0
+    late = RequestFinished(ts=99.0, event_id="r0:d", request_id="r0", prompt_tokens=5, output_tokens=2, **common)
+    assert router.twin_id(late) == "dp"  # as if it had never arrived
+    done = RequestFinished(ts=99.0, event_id="r3:d", request_id="r3", prompt_tokens=5, output_tokens=2, **common)
+    assert router.twin_id(done) == "dp#dp0"
+    router.commit()
+    state = router.snapshot()
+    assert state["version"] == 2 and state["request_rank"] == [["dp", "r2", 2, 12.0], ["dp", "r5", 2, 15.0]]
+    v1 = dict(state, version=1, request_rank=[e[:3] for e in state["request_rank"]])
+    again = RankRouter(lambda iid: 3)
+    again.restore(v1, untimed_arrival=lambda twin: 50.0)
+    assert again.expire("dp#dp2", 50.0) == 0 and again.expire("dp#dp2", 50.5) == 2
+    untimed = RankRouter(lambda iid: 3)
+    untimed.restore(v1)  # no time given: kept until their finish
+    assert untimed.expire("dp#dp2", 1e18) == 0 and len(untimed._request_rank) == 2
+    for bad in (float("nan"), "12", None, True):
+        with pytest.raises(ValueError, match="arrival time"):
+            RankRouter().restore(dict(state, request_rank=[["dp", "r2", 2, bad]]))
