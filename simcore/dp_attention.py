@@ -39,7 +39,6 @@ models:
 """
 from __future__ import annotations
 
-import bisect
 import heapq
 from collections import deque
 from typing import Any, Callable, Protocol, Sequence
@@ -47,11 +46,11 @@ from typing import Any, Callable, Protocol, Sequence
 import simpy
 
 from simcore.errors import UserError
-from simcore.perf.base import BatchShape, StepTime
+from simcore.perf.base import BatchShape, StepTime, has_pure_step_time
 from simcore.request import RequestSpec
 from simcore.results import RequestRecord, StepRecord
 from simcore.rng import LazyGenerator
-from simcore.server import LATE, Server
+from simcore.server import Server, late_event, next_graph_bs
 from simcore.server_state import Req
 from simcore.settings import ServerSettings, resolve
 from simcore.speculative import SpeculativeDecoding
@@ -187,10 +186,7 @@ class DpAttentionLatency:
         return DpAttentionLatency(self.attention, self.mlp, self.dp, kept)
 
     def _pad(self, bs: int) -> int | None:
-        g = self.graph_bs
-        if not g or bs > g[-1]:
-            return None
-        return g[bisect.bisect_left(g, bs)]
+        return next_graph_bs(self.graph_bs, bs)
 
     def step_time_ranks(self, shapes: Sequence[BatchShape | None]) -> StepTime:
         key = tuple(shapes)
@@ -277,7 +273,7 @@ class RankLocalLatency:
             if s is None or s.mode == "idle":
                 continue
             if not s.extend_lens and g and s.num_decode <= g[-1]:
-                s = BatchShape((), (), s.num_decode, s.decode_sum_kv, (), g[bisect.bisect_left(g, s.num_decode)])
+                s = BatchShape((), (), s.num_decode, s.decode_sum_kv, (), next_graph_bs(g, s.num_decode))
             st = self.latency.step_time(s)
             gpu, cpu = max(gpu, st.gpu_s), max(cpu, st.cpu_s)
         return StepTime(gpu, cpu)
@@ -349,31 +345,14 @@ class DpSpeculativeLatency:
         return StepTime(gpu, verify.cpu_s)
 
 
-class PerRankSpeculative:
-    """A one-server `SpeculativeDecoding` as the `RankStepModel` of a one-rank `DpAttentionServer` (tests: a
-    one-rank speculative lockstep server must be the plain speculative server)."""
-
-    pure_step_time = False
-
-    def __init__(self, speculative: Any) -> None:
-        self.speculative = speculative
-        self.name = speculative.name
-        self.profile_hash = speculative.profile_hash
-        self.frontend_s = speculative.frontend_s
-
-    def step_time_ranks(self, shapes: Sequence[BatchShape | None]) -> StepTime:
-        (s,) = shapes
-        return self.speculative.step_time(s if s is not None else BatchShape())
-
-
 class PerRankLatency:
-    """A plain `LatencyModel` for one rank, as a `RankStepModel` for a one-rank `DpAttentionServer`: the step is
-    that rank's own (tests: a one-rank lockstep server must be the plain server)."""
-
-    pure_step_time = True
+    """A one-server `LatencyModel` (or `SpeculativeDecoding`) for one rank, as a `RankStepModel` for a one-rank
+    `DpAttentionServer`: the step is that rank's own (tests: a one-rank lockstep server, speculative or not, must
+    be the plain server). Pure exactly when the wrapped model is."""
 
     def __init__(self, latency: Any) -> None:
         self.latency = latency
+        self.pure_step_time = has_pure_step_time(latency)
         self.name = latency.name
         self.profile_hash = latency.profile_hash
         self.frontend_s = float(getattr(latency, "frontend_s", 0.0))
@@ -545,11 +524,7 @@ class DpAttentionServer:
 
     # ---- the loop -------------------------------------------------------------------------------------------
     def _late(self, delay: float) -> simpy.Event:
-        ev = simpy.Event(self.env)
-        ev._ok = True
-        ev._value = None
-        self.env.schedule(ev, LATE, max(0.0, delay))
-        return ev
+        return late_event(self.env, delay)
 
     def _dispatch(self, t: float) -> None:
         """The controller: every request that reached it by ``t``, in arrival order, to the rank it picks."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import simpy
 
@@ -53,6 +53,23 @@ WAITING_PREFIX_REFRESH_INTERVAL = 32   # §2.4: scheduling passes between two re
 WAITING_PREFIX_REFRESH_MAX_QUEUE = 128  # §2.4: waiting requests touched per refresh
 RECV_SKIPPER_WEIGHT_OTHER = 1000  # SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DEFAULT (0.5.9 environ.py): non-decode passes
 LATE = 2  # SimPy priority: URGENT=0, NORMAL=1; our wake-ups run after every same-time event
+
+
+def late_event(env: simpy.Environment, delay: float) -> simpy.Event:
+    """A Timeout of ``delay`` (at least 0) scheduled with our LATE priority."""
+    ev = simpy.Event(env)
+    ev._ok = True
+    ev._value = None
+    env.schedule(ev, LATE, max(0.0, delay))
+    return ev
+
+
+def next_graph_bs(graph_bs: Sequence[int], bs: int) -> int | None:
+    """Decode CUDA-graph batch size (§6.1): the next captured size in sorted ``graph_bs``, None (eager) above
+    the largest or without graphs."""
+    if not graph_bs or bs > graph_bs[-1]:
+        return None
+    return graph_bs[bisect.bisect_left(graph_bs, bs)]
 
 
 class Server(ResultProcessor, DecodeRuns):
@@ -219,11 +236,7 @@ class Server(ResultProcessor, DecodeRuns):
         heapq.heappush(self.pending, (at, self.seq, req))
 
     def _late(self, delay: float) -> simpy.Event:
-        ev = simpy.Event(self.env)
-        ev._ok = True  # a Timeout, but scheduled with our LATE priority
-        ev._value = None
-        self.env.schedule(ev, LATE, max(0.0, delay))
-        return ev
+        return late_event(self.env, delay)
 
     def _ceil(self, n: int) -> int:
         p = self.page
@@ -231,10 +244,7 @@ class Server(ResultProcessor, DecodeRuns):
 
     def _pad(self, bs: int) -> int | None:
         """Decode CUDA-graph batch size (§6.1): next captured size, None (eager) above the largest."""
-        g = self.graph_bs
-        if not g or bs > g[-1]:
-            return None
-        return g[bisect.bisect_left(g, bs)]
+        return next_graph_bs(self.graph_bs, bs)
 
     # ---- the loop -----------------------------------------------------------------------------------
     def _run(self):  # noqa: C901 - the scheduler loop reads best in one place

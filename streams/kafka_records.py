@@ -159,7 +159,7 @@ if _Base is not None:
                         yield _new_tuple(ConsumerRecord, (
                             topic, partition, epoch, offset, append_ts if append_ts is not None else first_ts + ts_delta,
                             ts_type, key, value, headers, None, len(key) if key is not None else -1,
-                            len(value) if value is not None else -1, _header_size(headers)))
+                            len(value) if value is not None else -1, _header_size(headers) if headers else -1))
                     if pos != len(buf):
                         raise CorruptRecordError(f"{len(buf) - pos} unconsumed bytes after all records consumed")
                     batch = records.next_batch()
@@ -184,7 +184,7 @@ if _Base is not None:
                 yield ConsumerRecord(tp.topic, tp.partition, self.leader_epoch, record.offset, record.timestamp,
                                      record.timestamp_type, key, value, headers, record.checksum,
                                      len(key) if key is not None else -1, len(value) if value is not None else -1,
-                                     _header_size(headers))
+                                     _header_size(headers) if headers else -1)
 else:  # pragma: no cover - another kafka-python: keep its own path
     FastPartitionRecords = None  # type: ignore[assignment, misc]
 

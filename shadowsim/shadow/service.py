@@ -374,7 +374,7 @@ class ShadowService:
         self._held.add(iid)
         if ranks._undo:  # ranks.commit()  # noqa: SLF001
             ranks.commit()
-        if ranks._open:  # noqa: SLF001 - DP routing entries exist: forget those the twin forgets (issue 11)
+        if ranks._open.get(iid):  # noqa: SLF001 - this twin has DP routing entries: forget those it forgets (issue 11)
             tc = self.config.time
             ranks.expire(iid, twin.watermark - (tc.max_wait_s + tc.pending_expiry_margin_s))  # type: ignore[union-attr]
         if ts > ps.max_ts:
@@ -383,9 +383,7 @@ class ShadowService:
 
     def _apply_record(self, tp: TP, ps: PartitionState, rec: Any) -> bool:
         """Apply a decoded record as one transaction; False when it was refused (counted and dead-lettered)."""
-        events = rec.events
-        if len(events) == 1:
-            return self._apply_one(tp, ps, rec, events[0])
+        events = rec.events  # two or more: process() sends one-event records to _apply_one
         twin_id = self.ranks.twin_id
         ids = [twin_id(ev) for ev in events]  # one twin per DP rank (shadowsim/shadow/ranks.py)
         refused = self._admit(ps, rec, ids)
@@ -432,7 +430,7 @@ class ShadowService:
             tc = self.config.time
             for iid in set(ids):
                 self.ranks.expire(iid, twins[iid].watermark - (tc.max_wait_s + tc.pending_expiry_margin_s))
-        newest = events[0].ts if len(events) == 1 else max(ev.ts for ev in events)
+        newest = max(ev.ts for ev in events)
         if newest > ps.max_ts:  # max(ps.max_ts, newest)
             ps.max_ts = newest
         return True

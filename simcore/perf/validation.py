@@ -461,10 +461,9 @@ def _workload(row: Row, p: Protocol, seed: int) -> tuple[Any, int, str]:
 def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend: str = "auto",
                  seed: int = 0, protocol: Protocol | None = None) -> RowResult:
     """Run the row's benchmark in the simulator. Raises UserError when the model/GPU/precision is unknown."""
-    from pydantic import ValidationError
-
     from simcore.benchmark_clients import lockstep_index
     from simcore.engine import simulate
+    from simcore.frozen_model import FieldError
     from simcore.gpus import load_gpu
     from simcore.memory import size_kv_pool
     from simcore.models import load_model
@@ -490,7 +489,7 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
                                           output_path_s_per_token=p.output_path_s_per_token,
                                           tokenizer_s_per_request=p.tokenizer_s_per_request, **flags),
                            gpu.memory_bytes)
-    except ValidationError as exc:
+    except FieldError as exc:
         err = exc.errors()[0]
         raise UserError("server_args", f"row {row.id}: {flags_text}: {err['msg']}") from None
     pool = size_kv_pool(model, gpu, settings, precision)

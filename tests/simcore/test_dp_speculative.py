@@ -24,7 +24,7 @@ import json
 
 import simpy
 
-from simcore.dp_attention import (DpAttentionServer, DpSpeculativeLatency, PerRankSpeculative, RankLocalLatency,
+from simcore.dp_attention import (DpAttentionServer, DpSpeculativeLatency, PerRankLatency, RankLocalLatency,
                                   build_dp_speculative_latency, rank_settings)
 from simcore.engine import simulate
 from simcore.gpus import load_gpu
@@ -149,7 +149,7 @@ def test_one_rank_dp_server_is_the_single_eagle_server() -> None:
     plain = simulate(s, a, OpenLoop(30.0, 60, 100, 40, 3), kv_capacity_tokens=3000, speculative=a)
     b = spec()
     env = simpy.Environment()
-    srv = DpAttentionServer(env, s, 3000, PerRankSpeculative(b), speculative=b)
+    srv = DpAttentionServer(env, s, 3000, PerRankLatency(b), speculative=b)
     OpenLoop(30.0, 60, 100, 40, 3).start(env, srv)
     env.run()
     key = lambda recs: sorted((r.rid, r.first_token_s, r.finish_s, r.output_len) for r in recs)  # noqa: E731
