@@ -196,6 +196,15 @@ def test_a_bad_flag_is_a_one_line_error_naming_row_and_flag(tmp_path, capsys) ->
     assert err.count("\n") == 1
 
 
+def test_a_flag_value_out_of_range_names_row_flags_and_rule(tmp_path) -> None:
+    # parsed fine (an int), refused by ServerSettings' bound (page_size >= 1): simulate_row says which row and
+    # which flags, as it does for an unknown flag
+    row = read_rows(write_args(tmp_path, "pg0,Qwen/Qwen3-8B,h100_sxm,bf16,1,1,1,128,16,2,,8,0.5.9,,,,"
+                                         "--page-size 0"))[0]
+    with pytest.raises(UserError, match=r"server_args: row pg0: --page-size 0: should be greater than or equal to 1"):
+        simulate_row(row)
+
+
 def test_row_result_reports_e2e_percentiles_and_lockstep(tmp_path) -> None:
     row = read_rows(write(tmp_path, "r,Qwen/Qwen3-32B,h100_sxm,bf16,8,1,1,512,32,4,,8,0.5.9,100,10,"))[0]
     r = simulate_row(row)
