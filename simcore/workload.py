@@ -76,11 +76,15 @@ def _draw(spec: Lengths, rng: np.random.Generator, n: int) -> list[int]:
     return spec.sample(rng, n)
 
 
-@dataclass(frozen=True, slots=True)
 class _Template:
-    input_len: int
-    output_len: int
-    key: tuple[int, ...] | None
+    """One synthetic request's drawn lengths and key (a plain class: start-up, see perf/shapes.py `_Frozen`)."""
+
+    __slots__ = ("input_len", "output_len", "key")
+
+    def __init__(self, input_len: int, output_len: int, key: tuple[int, ...] | None) -> None:
+        self.input_len = input_len
+        self.output_len = output_len
+        self.key = key
 
 
 def _templates(num_requests: int, input_len: Lengths, output_len: Lengths, seed: int,
