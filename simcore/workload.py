@@ -11,13 +11,13 @@ Also here: :func:`prefix_reuse_ceiling`, the best cache hit rate any cache could
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Protocol, Sequence, Union
 
 import simpy
 
 from simcore.errors import UserError
 from simcore.request import RequestSpec
+from simcore.values import FrozenValue
 
 if TYPE_CHECKING:
     import numpy as np
@@ -28,10 +28,10 @@ class Server(Protocol):
 
 
 # ---- length distributions ------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Uniform:
+class Uniform(FrozenValue):
     """Integers uniform in ``[low, high]`` (both inclusive)."""
 
+    __slots__ = ("low", "high")
     low: int
     high: int
 
@@ -43,10 +43,10 @@ class Uniform:
         return [int(x) for x in rng.integers(self.low, self.high + 1, size=n)]
 
 
-@dataclass(frozen=True, slots=True)
-class Empirical:
+class Empirical(FrozenValue):
     """Draw with replacement from observed values (e.g. a trace's lengths)."""
 
+    __slots__ = ("values",)
     values: tuple[int, ...]
 
     def __post_init__(self) -> None:

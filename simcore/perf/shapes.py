@@ -8,40 +8,10 @@ tensor-parallel (each expert's intermediate size / tp) unless expert parallelism
 from __future__ import annotations
 
 from simcore.models.spec import ModelSpec
+from simcore.values import FrozenValue
 
 
-class _Frozen:
-    """Immutable value with ``__slots__``, compared and hashed by its fields in order. Not a dataclass: these two
-    classes are built once per latency model, and a dataclass's generated methods are compiled from source at
-    every import (start-up: ~1 ms a class, docs/architecture.md "Start-up")."""
-
-    __slots__ = ()
-
-    def _values(self) -> tuple:
-        return tuple(getattr(self, name) for name in self.__slots__)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"cannot assign to field {name!r} of {type(self).__name__} (frozen)")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"cannot delete field {name!r} of {type(self).__name__} (frozen)")
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return self._values() == other._values()  # type: ignore[attr-defined]
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)})"
-
-    def __reduce__(self) -> tuple:
-        return (type(self), self._values())
-
-
-class GemmShape(_Frozen):
+class GemmShape(FrozenValue):
     """One linear layer on one rank: ``n`` output features, ``k`` input features (m = tokens, at call time)."""
 
     __slots__ = ("name", "n", "k")
@@ -49,15 +19,10 @@ class GemmShape(_Frozen):
     n: int
     k: int
 
-    def __init__(self, name: str, n: int, k: int) -> None:
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "n", n)
-        object.__setattr__(self, "k", k)
 
-
-class RankShapes(_Frozen):
-    """Everything the step model needs about one rank's share of the model (every field is a keyword of the
-    constructor, in this order)."""
+class RankShapes(FrozenValue):
+    """Everything the step model needs about one rank's share of the model (a `FrozenValue`: built once per
+    latency model)."""
 
     __slots__ = ("num_layers", "num_dense_layers", "num_moe_layers", "hidden", "q_heads", "kv_heads", "head_dim",
                  "attn_gemms", "dense_mlp_gemms", "shared_expert_gemms", "lm_head", "moe_inter", "num_experts",
@@ -90,16 +55,6 @@ class RankShapes(_Frozen):
     # elementwise traffic per token per layer (bytes, bf16 activations): norms, residual adds, RoPE,
     # activation function, KV-cache store.
     elementwise_bytes_per_token: int
-
-    def __init__(self, *args: object, **fields: object) -> None:
-        if len(args) + len(fields) != len(self.__slots__) or any(n in fields for n in self.__slots__[:len(args)]):
-            raise TypeError(f"RankShapes takes its {len(self.__slots__)} fields once each: {self.__slots__}")
-        for name, value in zip(self.__slots__, args):
-            object.__setattr__(self, name, value)
-        for name, value in fields.items():
-            if name not in self.__slots__:
-                raise TypeError(f"RankShapes has no field {name!r}")
-            object.__setattr__(self, name, value)
 
 
 def rank_shapes(model: ModelSpec, tp: int) -> RankShapes:
