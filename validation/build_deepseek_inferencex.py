@@ -98,7 +98,7 @@ RANGE_RATIO = "0.8"
 # Σ server / Σ client tokens over 80 prompts of sample_random_requests, seed 0, range ratio 0.8)
 TOKEN_FACTOR = {"1024": "5.16", "8192": "5.18"}
 # CPU µs per prompt token of the SGLang 0.5.9 tokenizer manager encoding these prompts (tokenizer_cost.py: 80 prompts
-# of sample_random_requests per isl, DeepSeek-V3/R1 tokenizer.json, tokenizers 0.22.2; docs/accuracy.md §3.12). B200
+# of sample_random_requests per isl, DeepSeek-V3/R1 tokenizer.json, tokenizers 0.22.2; docs/accuracy.md §3.14). B200
 # rows only: the B300 prompts are other text (decoded by transformers 5.3.0's broken tokenizer), not measured.
 TOKENIZE_US_PER_TOKEN = {"1024": "7.26", "8192": "5.93"}
 NOT_SIMULATED = {

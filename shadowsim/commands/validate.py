@@ -84,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer-us-per-token", type=float, default=None, metavar="US",
                         help="... and µs per prompt token it encodes, for every row (default: each row's "
                              "server_tokenize_us_per_token column, else 0; 0 turns it off; DeepSeek's tokenizer on "
-                             "InferenceX's random text: 6-7 µs, docs/accuracy.md §3.12)")
+                             "InferenceX's random text: 6-7 µs, docs/accuracy.md §3.14)")
     parser.add_argument("--client", default=None, choices=("aiperf", "bench_serving", "poisson"),
                         help="override every row's client column: aiperf = closed loop, warm-up barrier (default "
                              "for rows with concurrency); bench_serving = SGLang bench_serving random dataset "

@@ -19,7 +19,7 @@ default 1), ``server_tokens_per_prompt_token`` (bench_serving only, > 0, blank =
 makes of each prompt token the client counted, for a client whose tokenizer differs from the server's; ``isl``
 stays the client's length, docs/accuracy.md §3.12), ``server_tokenize_us_per_token`` (>= 0, blank = not modelled: CPU
 µs the server's tokenizer manager spends per prompt token it encodes; prompts are encoded one at a time, so a burst
-reaches the scheduler spread out, docs/accuracy.md §3.12, ``validation/tokenizer_cost.py``), and the measurements a bench_serving printout gives beyond the means (``measured_ttft_p50_ms``: median
+reaches the scheduler spread out, docs/accuracy.md §3.14, ``validation/tokenizer_cost.py``), and the measurements a bench_serving printout gives beyond the means (``measured_ttft_p50_ms``: median
 TTFT; ``measured_itl_p50_ms``: median inter-token latency over all token gaps of all requests;
 ``measured_output_tokens_per_s``: output tokens / benchmark duration; ``measured_e2e_ms``: mean end-to-end
 latency, used instead of the TTFT + TPOT derivation when given). These are compared only where a row has them.
@@ -130,7 +130,7 @@ class Row:
     # optional column: server tokens per client-counted prompt token (None: 1, client and server tokenize alike)
     server_tokens_per_prompt_token: float | None = None
     # optional column: CPU µs the server's tokenizer manager spends per prompt token it encodes, one prompt at a time
-    # (None: not modelled; docs/accuracy.md §3.12, validation/tokenizer_cost.py)
+    # (None: not modelled; docs/accuracy.md §3.14, validation/tokenizer_cost.py)
     server_tokenize_us_per_token: float | None = None
 
     @property

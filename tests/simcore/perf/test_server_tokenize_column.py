@@ -4,7 +4,7 @@ prompt it receives, one at a time.
 SGLang 0.5.9 ``managers/tokenizer_manager.py`` ``_tokenize_texts`` calls ``self.tokenizer(tokenizer_input)``
 synchronously inside the tokenizer manager's asyncio process, so prompts sent as text are encoded one after the other:
 a prompt reaches the scheduler when its own encoding and that of every prompt ahead of it are done
-(`simcore.server.Server.submit`, docs/accuracy.md §3.12).
+(`simcore.server.Server.submit`, docs/accuracy.md §3.14).
 """
 from __future__ import annotations
 
