@@ -61,14 +61,9 @@ LOAD_BALANCE_METHODS = ("round_robin", "total_requests", "total_tokens")
 DP_ATTENTION_CONSERVATIVENESS = 0.3
 
 
-def num_ranks(settings: ServerSettings) -> int:
-    """Attention-DP ranks (schedulers) of a server: ``dp_size`` with DP attention, else 1."""
-    return settings.dp_size if settings.enable_dp_attention else 1
-
-
 def attn_tp_size(settings: ServerSettings) -> int:
     """The attention TP group of each rank: ``tp / dp`` with DP attention (``compute_dp_attention_world_info``)."""
-    return settings.tp_size // num_ranks(settings)
+    return settings.tp_size // settings.dp_attention_ranks
 
 
 def rank_settings(settings: ServerSettings) -> ServerSettings:
@@ -77,7 +72,7 @@ def rank_settings(settings: ServerSettings) -> ServerSettings:
     ``× 0.3``, CUDA graphs at the captured sizes that are multiples of the attention TP size. The rank itself is a
     plain scheduler (``dp_size`` 1) with ``--max-running-requests // dp`` request slots when given
     (``model_runner.py``: ``server_args.max_running_requests // self.dp_size``), else the pool's own bound."""
-    dp = num_ranks(settings)
+    dp = settings.dp_attention_ranks
     if dp == 1:
         return settings
     # speculation's overrides first (resolve is idempotent): ``_handle_speculative_decoding`` runs after
@@ -443,7 +438,7 @@ class DpAttentionServer:
         self.tok_req_s = settings.tokenizer_s_per_request
         self.tok_tok_s = settings.tokenizer_s_per_token
         self.tok_free = env.now
-        dp = num_ranks(settings)
+        dp = settings.dp_attention_ranks
         self.dispatcher = DataParallelDispatcher(settings.load_balance_method, dp)
         per_rank = rank_settings(settings).model_copy(update={"tokenizer_s_per_request": 0.0,
                                                               "tokenizer_s_per_token": 0.0})
@@ -708,7 +703,7 @@ def build_dp_attention_latency(model: Any, gpu: Any, settings: ServerSettings, p
     mlp = build_latency_model(model, gpu, s.tp_size, precision, backend=backend, profile=profile,
                               kv_cache_dtype=s.kv_cache_dtype, parallel=ParallelLayout.from_settings(s, gpu))
     graphs = () if s.disable_cuda_graph else rank_settings(s).cuda_graph_bs or ()
-    return DpAttentionLatency(attention, mlp, num_ranks(s), graphs)
+    return DpAttentionLatency(attention, mlp, s.dp_attention_ranks, graphs)
 
 
 def build_dp_speculative_latency(speculative: Any, model: Any, gpu: Any, settings: ServerSettings, precision: str,

@@ -179,6 +179,13 @@ class ServerSettings(FrozenModel):
         return version_family(self.sglang_version)
 
     @property
+    def dp_attention_ranks(self) -> int:
+        """Attention-DP ranks (schedulers with their own pool) of one server: ``dp_size`` with DP attention, else 1
+        (sglang 0.5.9 ``model_runner.py``: ``self.dp_size = server_args.dp_size if server_args.enable_dp_attention
+        else 1``); a plain DP server's replicas are whole servers of their own."""
+        return self.dp_size if self.enable_dp_attention else 1
+
+    @property
     def chunking_enabled(self) -> bool:
         return self.chunked_prefill_size is not None and self.chunked_prefill_size > 0
 

@@ -71,6 +71,14 @@ def test_settings_are_frozen_and_strict() -> None:
         ServerSettings(schedule_policy="sjf")
 
 
+def test_dp_attention_ranks_are_model_runners_dp_size() -> None:
+    # sglang 0.5.9 model_runner.py: "self.dp_size = server_args.dp_size if server_args.enable_dp_attention else 1";
+    # and server_args.py _handle_data_parallelism turns DP attention off at dp_size 1
+    assert ServerSettings(tp_size=8, dp_size=4, enable_dp_attention=True).dp_attention_ranks == 4
+    assert ServerSettings(tp_size=8, dp_size=4).dp_attention_ranks == 1  # plain DP: whole servers, one rank each
+    assert ServerSettings(tp_size=8, enable_dp_attention=True).dp_attention_ranks == 1
+
+
 def test_inconsistent_flags_name_the_field() -> None:
     with pytest.raises(UserError, match="^chunked_prefill_size"):
         ServerSettings(page_size=64, chunked_prefill_size=32)
