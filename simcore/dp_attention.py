@@ -211,7 +211,8 @@ class DpAttentionLatency:
     def _compute(self, shapes: Sequence[BatchShape | None]) -> StepTime:
         mlp = self.mlp
         real = [s for s in shapes if s is not None and s.mode != "idle"]
-        cpu = max(mlp.host_s(s) for s in real) if real else self.profile.cpu_base_s
+        cpu = (max(mlp.host_s(len(s.extend_lens) + s.num_decode, s.num_extend_tokens) for s in real) if real
+               else self.profile.cpu_base_s)
         if not real:
             return StepTime(0.0, cpu)
         extend_in_batch = any(s.extend_lens for s in real)
@@ -237,7 +238,7 @@ class DpAttentionLatency:
         logits = sum(len(s.extend_lens) + (graph_bs if graph else s.num_decode) for s in real)
         gpu = attn + mlp.mlp_side_s(gathered, logits) + self._k_comm * self._comm_s(gathered, logits, graph, max_len)
         n_req = max(len(s.extend_lens) + s.num_decode for s in real)
-        return StepTime(mlp.finish_step_s(gpu, graph, extend_in_batch, n_req), cpu)
+        return mlp.finish_step(gpu, cpu, graph, extend_in_batch, n_req)
 
 
 class RankLocalLatency:

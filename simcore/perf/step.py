@@ -112,6 +112,10 @@ class StepLatencyModel:
         self._sm_version = (costs.roof.gpu if isinstance(costs, TableCosts) else costs.gpu).sm_version
         mla_floor = profile.launch_s_per_mla_layer if self.shapes.is_mla else 0.0
         self._launch_per_layer = mla_floor or profile.launch_s_per_layer  # eager floor per layer
+        # The shortest eager step: the host launches of every layer. The CPU launches ~15 kernels per layer, so a
+        # short step cannot beat its launches; an MLA + MoE layer dispatches far more host-side ops
+        # (profile.launch_s_per_mla_layer, docs/accuracy.md §3.12).
+        self.eager_floor_s = self.shapes.num_layers * self._launch_per_layer
         # sliding-window layers (simcore/perf/sliding_window.py): attention over at most `window` tokens
         self._window = model.sliding_window if model.num_swa_layers and not model.is_mla else 0
         self._swa_layers = model.num_swa_layers if self._window else 0
@@ -267,20 +271,27 @@ class StepLatencyModel:
     def _compute(self, shape: BatchShape) -> StepTime:
         n_ext = len(shape.extend_lens)
         n_req = n_ext + shape.num_decode
-        cpu = self.host_s(shape)
+        ext_tokens = shape.num_extend_tokens
+        prof = self.profile
+        # host_s and _dense_part's memo look-up, inlined: this is the hot path of every new step shape
+        cpu = prof.cpu_base_s + prof.cpu_per_req_s * n_req + prof.cpu_per_token_s * ext_tokens
         if n_req == 0:
             return StepTime(0.0, cpu)
         graph = shape.cuda_graph_bs is not None and n_ext == 0
         bs = shape.cuda_graph_bs if graph else shape.num_decode
-        m = shape.num_extend_tokens + bs
-        gpu = self._add_attention(self._dense_part(m, n_ext + bs, graph), shape, bs, m)
-        return StepTime(self.finish_step_s(gpu, graph, n_ext > 0, n_req), cpu)
+        m = ext_tokens + bs
+        logits = n_ext + bs
+        dense = self._dense_memo.get((m, logits, graph))
+        if dense is None:
+            dense = self._dense_part(m, logits, graph)
+        gpu = self._add_attention(dense, shape, bs, m)
+        return self.finish_step(gpu, cpu, graph, n_ext > 0, n_req)
 
-    def host_s(self, shape: BatchShape) -> float:
-        """The scheduler's CPU pass for a batch of ``shape`` (profile: base + per request + per extend token)."""
+    def host_s(self, n_req: int, extend_tokens: int) -> float:
+        """The scheduler's CPU pass for a batch of ``n_req`` requests with ``extend_tokens`` extend tokens (profile:
+        base + per request + per extend token)."""
         prof = self.profile
-        return (prof.cpu_base_s + prof.cpu_per_req_s * (len(shape.extend_lens) + shape.num_decode)
-                + prof.cpu_per_token_s * shape.num_extend_tokens)
+        return prof.cpu_base_s + prof.cpu_per_req_s * n_req + prof.cpu_per_token_s * extend_tokens
 
     def _add_attention(self, acc: float, shape: BatchShape, bs: int, m: int) -> float:
         """``acc`` plus the attention kernels of ``shape``'s rows (its extend rows and ``bs`` decode rows, ``m``
@@ -298,22 +309,16 @@ class StepLatencyModel:
             acc += self._k_gen * self._generation_attention_layers(bs, shape)
         return acc
 
-    def finish_step_s(self, gpu: float, graph: bool, extend: bool, n_req: int) -> float:
-        """A forward's GPU seconds from its kernels' ``gpu``: the eager floor (not ``graph``), the extend cost
-        (``extend``: the batch has extend rows) and the per-step and per-request overheads (``n_req`` requests)."""
+    def finish_step(self, gpu: float, cpu: float, graph: bool, extend: bool, n_req: int) -> StepTime:
+        """A forward's step time from its kernels' ``gpu`` seconds and its host pass ``cpu``: the eager floor (not
+        ``graph``), the extend cost (``extend``: the batch has extend rows) and the per-step and per-request
+        overheads (``n_req`` requests) added to the GPU time."""
         prof = self.profile
-        if not graph:
-            gpu = max(gpu, self.eager_floor_s)
+        if not graph and gpu < self.eager_floor_s:
+            gpu = self.eager_floor_s
         if extend:  # per-version cost of an extend (eager) forward beyond the tables (profile.extend_s_per_layer)
             gpu += self.shapes.num_layers * prof.extend_s_per_layer
-        return gpu + (prof.step_overhead_s + prof.gpu_per_req_s * n_req)
-
-    @property
-    def eager_floor_s(self) -> float:
-        """The shortest eager step: the host launches of every layer. The CPU launches ~15 kernels per layer, so a
-        short step cannot beat its launches; an MLA + MoE layer dispatches far more host-side ops
-        (profile.launch_s_per_mla_layer, docs/accuracy.md §3.12)."""
-        return self.shapes.num_layers * self._launch_per_layer
+        return StepTime(gpu + (prof.step_overhead_s + prof.gpu_per_req_s * n_req), cpu)
 
     # ---- the two halves of a step under DP attention (simcore/dp_attention.py) ------------------------------------
     def attention_side_s(self, shape: BatchShape, bs: int, graph: bool) -> float:
