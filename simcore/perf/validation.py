@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -54,6 +54,9 @@ from simcore.errors import UserError
 from simcore.perf.profile import CalibrationProfile
 from simcore.server_flags import parse_server_args
 from simcore.variability import Variability
+
+if TYPE_CHECKING:
+    from simcore.results import StepRecord
 
 # aiconfigurator's generated benchmark (bench_run.sh.j2): --num-requests C × 20, --warmup-request-count C × 2
 REQUESTS_PER_CLIENT = 20
@@ -459,8 +462,12 @@ def _workload(row: Row, p: Protocol, seed: int) -> tuple[Any, int, str]:
 
 
 def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend: str = "auto",
-                 seed: int = 0, protocol: Protocol | None = None) -> RowResult:
-    """Run the row's benchmark in the simulator. Raises UserError when the model/GPU/precision is unknown."""
+                 seed: int = 0, protocol: Protocol | None = None,
+                 observer: Callable[[StepRecord], None] | None = None) -> RowResult:
+    """Run the row's benchmark in the simulator. Raises UserError when the model/GPU/precision is unknown.
+
+    ``observer`` receives every forward pass's `StepRecord` (simcore.engine.simulate), e.g. for
+    `simcore.perf.decode_split`."""
     from simcore.benchmark_clients import lockstep_index
     from simcore.engine import simulate
     from simcore.frozen_model import FieldError
@@ -524,7 +531,7 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
         workload = DelayedWorkload(workload, delays)
     res = simulate(settings, latency, workload, kv_capacity_tokens=pool.max_total_num_tokens, seed=seed,
                    max_running_requests=pool.max_running_requests, context_len=pool.context_len,
-                   speculative=speculative)
+                   speculative=speculative, observer=observer)
     recs = res.records if delays is None else client_records(res.records, workload.offsets)
     # requests are numbered in sending order, so the warm-up ones are the first `warmup`
     recs = [r for r in recs if not r.aborted and int(r.rid[len(_RID):]) >= warmup]
