@@ -125,3 +125,28 @@ def test_resolve_fills_gpu_defaults_and_is_idempotent() -> None:
     assert t.chunked_prefill_size == -1 and not t.chunking_enabled and t.cuda_graph_max_bs == 48
     u = resolve(ServerSettings(disable_cuda_graph_padding=True, cuda_graph_max_bs=10), H100)
     assert u.cuda_graph_bs == tuple(range(1, 11))
+
+
+@pytest.mark.parametrize("version,mem,tp,chunk,max_bs,top_sizes", [
+    # sglang-0.5.1.post1 / 0.5.2 srt/server_args.py ServerArgs.__post_init__: chunked_prefill_size 2048 under
+    # 35 * 1024 MiB, 8192 under 160 * 1024 MiB; cuda_graph_max_bs only set under 35 * 1024 MiB (8 below TP4, else
+    # 80); srt/model_executor/cuda_graph_runner.py get_batch_sizes_to_capture: [1, 2, 4, 8] + range(16, 161, 8),
+    # + range(160, 257, 8) above 90 * 1024 MiB, used whole when cuda_graph_max_bs is None
+    ("0.5.1.post1", H100, 2, 8192, 160, (144, 152, 160)),
+    ("0.5.1.post1", H100, 8, 8192, 160, (144, 152, 160)),
+    ("0.5.2", H200, 4, 8192, 256, (240, 248, 256)),
+    ("0.5.0", A100_40, 1, 8192, 160, (144, 152, 160)),
+    ("0.5.1.post1", L4, 1, 2048, 8, (2, 4, 8)),
+    ("0.5.1.post1", L4, 4, 2048, 80, (64, 72, 80)),
+    # 0.5.3 (srt/server_args.py _handle_gpu_memory_settings): the per-GPU table and _generate_cuda_graph_batch_sizes
+    ("0.5.3", H100, 2, 8192, 256, (240, 248, 256)),
+    ("0.5.3", H100, 8, 8192, 512, (480, 496, 512)),
+])
+def test_gpu_defaults_up_to_0_5_2_are_0_4s(version: str, mem: int, tp: int, chunk: int, max_bs: int,
+                                           top_sizes: tuple[int, ...]) -> None:
+    s = resolve(ServerSettings(sglang_version=version, tp_size=tp), mem)
+    assert (s.chunked_prefill_size, s.cuda_graph_max_bs) == (chunk, max_bs)
+    assert s.cuda_graph_bs is not None and s.cuda_graph_bs[-3:] == top_sizes
+    # 0.5.1's list has no 12 (a decode batch of 9-12 pads to 16); 0.5.3's has it
+    assert (12 in s.cuda_graph_bs) == (version == "0.5.3")
+    assert s.family == "0.5"  # only the GPU defaults follow 0.4; the scheduler rules stay 0.5's
