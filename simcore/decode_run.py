@@ -29,6 +29,7 @@ their simulated time, and knots are shared between runs.
 from __future__ import annotations
 
 import heapq
+import operator
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -316,22 +317,12 @@ def decode_gaps(ends: list[float], cpu: list[float], overlap: bool, floor: float
         return np.diff(client).tolist(), float(base[-1]), float(client[-1])
     gaps: list[float] = []
     app = gaps.append
-    if overlap:
-        for e0, c1 in zip(ends[:m], cpu[1:m + 1]):
-            e = e0 + c1
-            if e > floor:
-                floor = e
-            c = floor + detokenize_s
-            app(c - last)
-            last = c
-    else:
-        for j in range(m):
-            e = ends[j]
-            if e > floor:
-                floor = e
-            c = floor + detokenize_s
-            app(c - last)
-            last = c
+    for e in (map(operator.add, ends[:m], cpu[1:m + 1]) if overlap else ends[:m]):
+        if e > floor:
+            floor = e
+        c = floor + detokenize_s
+        app(c - last)
+        last = c
     return gaps, floor, last
 
 

@@ -258,7 +258,7 @@ def size_kv_pool(model: "ModelSpec", gpu: "GpuSpec", settings: ServerSettings,
     s = resolve(settings, gpu.memory_bytes)
     prec = precision or model.default_precision
     dp_att = s.enable_dp_attention  # each of the dp attention ranks holds its own pool (simcore/dp_attention.py)
-    attn_tp = s.tp_size // s.dp_size if dp_att else s.tp_size
+    attn_tp = s.tp_size // s.dp_attention_ranks
     weights = (dp_attention_weight_bytes_per_rank(model, prec, s.tp_size, attn_tp) if dp_att
                else model.weight_bytes(prec) // s.tp_size) // s.pp_size
     kv_bytes = kv_dtype_bytes(s.kv_cache_dtype, "bf16" if model.dtype in ("auto",) else model.dtype)
@@ -275,8 +275,7 @@ def size_kv_pool(model: "ModelSpec", gpu: "GpuSpec", settings: ServerSettings,
             dp_attention=dp_att, dp_size=s.dp_size)
     tokens = max_total_num_tokens(gpu.memory_bytes, weights, cell, frac, s.page_size, s.max_total_tokens)
     ctx = s.context_length or model.context_length
-    # ModelRunner.dp_size is dp_size only with DP attention (0.5.9 model_runner.py __init__), else 1
-    reqs = max_running_requests(tokens, ctx, s.max_running_requests, s.dp_size if dp_att else 1, s.family)
+    reqs = max_running_requests(tokens, ctx, s.max_running_requests, s.dp_attention_ranks, s.family)
     if uses_hybrid_swa_pool(model, s, gpu.sm_version):
         per_layer = cell / (model.num_layers / s.pp_size)  # same KV heads and head dims on both kinds of layer
         full_layers, swa_layers = model.num_full_attention_layers / s.pp_size, model.num_swa_layers / s.pp_size

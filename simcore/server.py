@@ -128,7 +128,7 @@ class Server(ResultProcessor, DecodeRuns):
         ctx = context_len or settings.context_length or cap
         self.max_req_len = max(2, min(ctx - 1, cap - 1))
         self.max_running = max_running_requests or _derive_max_running(cap, ctx, settings.max_running_requests,
-                                                                       settings.dp_size)
+                                                                       settings.dp_attention_ranks)
         self.graph_bs: tuple[int, ...] = () if settings.disable_cuda_graph else tuple(settings.cuda_graph_bs or ())
         self.ratio = NewTokenRatio(settings)
         self.family = settings.family
@@ -376,10 +376,6 @@ class Server(ResultProcessor, DecodeRuns):
                 return self._decode_spec(t)
             return self._decode(t, zombies)  # type: ignore[arg-type]
         return None
-
-    def _running_reservation(self, ratio: float) -> float:
-        """Σ over the running batch of ``min(max_new − out, CLIP) × ratio`` (1.0 for ignore_eos in 0.5.23)."""
-        return self.res.value(ratio)
 
     def _group(self, r: Req) -> int:
         return 1 if (self.family == "0.5.23" and r.ignore_eos) else 0

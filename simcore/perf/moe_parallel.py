@@ -218,11 +218,18 @@ class ParallelCosts:
 
     # ---- all-reduce ---------------------------------------------------------------------------------------------
     def allreduce_s(self, message_bytes: float, num_gpus: int, graph: bool) -> float:
+        """An all-reduce of the step model's (after the attention / the MLP): with DeepEP or DP attention only the
+        attention TP group reduces, so it is narrowed to that group; then `tp_allreduce_s`."""
         lay = self.layout
         if lay.moe_a2a_backend == "deepep" or lay.enable_dp_attention:
             num_gpus = min(num_gpus, lay.attn_tp_size)  # only the attention TP group reduces
-        g = self.gpu.gpus_per_node
-        if num_gpus <= g:
+        return self.tp_allreduce_s(message_bytes, num_gpus, graph)
+
+    def tp_allreduce_s(self, message_bytes: float, num_gpus: int, graph: bool) -> float:
+        """An all-reduce over ``num_gpus`` GPUs as they are (not narrowed to the attention group: the DP-attention
+        gather/scatter over the whole TP group, simcore/dp_attention.py): the measured intra-node all-reduce inside
+        one NVLink domain, `multinode_allreduce_s` across nodes."""
+        if num_gpus <= self.gpu.gpus_per_node:
             return self.base.allreduce_s(message_bytes, num_gpus, graph)
         return self.multinode_allreduce_s(message_bytes, num_gpus, graph)
 
