@@ -3,6 +3,8 @@
 # same IEEE operations, in the same order, as CPython's floats: + − × ÷ round alike; an int ÷ int below 2**53 is
 # the same correctly rounded quotient).
 import cython
+from simcore.kv_cache cimport KVCache
+from simcore.server_state cimport Batch, Req
 
 cdef class DecodeStepTimes:
     cdef public object latency
@@ -27,6 +29,6 @@ cdef class DecodeStepTimes:
 cpdef tuple plan_run(DecodeStepTimes times, long rows, object graph_bs, long sum_kv0, long limit, double t,
                      double gpu_free, double bound, bint overlap)
 
-@cython.locals(n=Py_ssize_t, m=Py_ssize_t, j=Py_ssize_t, e=double, c=double, e0=double, c1=double, gaps=list)
+@cython.locals(n=Py_ssize_t, m=Py_ssize_t, e=double, c=double, gaps=list)
 cpdef tuple decode_gaps(list ends, list cpu, bint overlap, double floor, double last, double detokenize_s,
                         bint vectorize=*)
