@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench venv clean lock system-deps oracle
+.PHONY: demo test bench venv clean lock system-deps oracle native
 
 # Tools some tests run for real, as command:Debian-package. `make test` installs the missing ones when it runs as
 # root on a machine with apt; otherwise those tests are skipped with the reason (CI, where CI=true, fails them).
@@ -32,7 +32,7 @@ system-deps:
 	  (systemctl stop prometheus prometheus-alertmanager 2>/dev/null || true); \
 	else echo "make: not root or no apt: not installing$$missing; the tests that need them are skipped"; fi
 
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps native
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 bench: $(STAMP)
@@ -52,3 +52,8 @@ lock:
 	.lock-venv/bin/pip-compile -q --generate-hashes --strip-extras --no-emit-index-url --no-emit-find-links --allow-unsafe \
 		--output-file requirements.lock pyproject.toml
 	rm -rf .lock-venv
+
+# The compiled modules (setup.py's NATIVE_MODULES; Cython): rebuilt in place when a source changed. A compiled
+# module older than its .py is not used (simcore/_native.py warns); SHADOWSIM_PURE_PYTHON=1 imports the sources.
+native: $(STAMP)
+	$(BIN)/python setup.py -q build_ext --inplace

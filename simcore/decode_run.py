@@ -29,10 +29,16 @@ their simulated time, and knots are shared between runs.
 from __future__ import annotations
 
 import heapq
+import operator
 from typing import TYPE_CHECKING, Any
 
+try:
+    import cython  # compiled (setup.py NATIVE_MODULES): Cython's directives; interpreted: no-ops
+except ImportError:  # no Cython installed
+    from simcore import _pure_cython as cython
+from simcore.kv_cache import KVCache
 from simcore.perf.base import BatchShape, LatencyModel
-from simcore.server_state import Batch
+from simcore.server_state import Batch, Req
 
 if TYPE_CHECKING:
     import numpy as np
@@ -311,22 +317,12 @@ def decode_gaps(ends: list[float], cpu: list[float], overlap: bool, floor: float
         return np.diff(client).tolist(), float(base[-1]), float(client[-1])
     gaps: list[float] = []
     app = gaps.append
-    if overlap:
-        for e0, c1 in zip(ends[:m], cpu[1:m + 1]):
-            e = e0 + c1
-            if e > floor:
-                floor = e
-            c = floor + detokenize_s
-            app(c - last)
-            last = c
-    else:
-        for j in range(m):
-            e = ends[j]
-            if e > floor:
-                floor = e
-            c = floor + detokenize_s
-            app(c - last)
-            last = c
+    for e in (map(operator.add, ends[:m], cpu[1:m + 1]) if overlap else ends[:m]):
+        if e > floor:
+            floor = e
+        c = floor + detokenize_s
+        app(c - last)
+        last = c
     return gaps, floor, last
 
 
@@ -338,6 +334,7 @@ class DecodeRuns:
     MIN_DECODE_RUN = 3    # iterations below which the plain loop is as cheap
     MAX_DECODE_RUN = 4096  # iterations priced per run at most (a longer stretch is several runs)
 
+    @cython.locals(prev=Batch, last_b=Batch, due=Batch, kv=KVCache, req=Req)
     def _decode_run(self, t: float) -> bool:
         """Do the iterations from ``t`` on at once while each would build the same plain decode batch; False
         (nothing done) when fewer than ``MIN_DECODE_RUN`` qualify.

@@ -47,6 +47,7 @@ import simpy
 
 from simcore.errors import UserError
 from simcore.perf.base import BatchShape, StepTime, has_pure_step_time
+from simcore.perf.step import MEMO_LIMIT
 from simcore.request import RequestSpec
 from simcore.results import RequestRecord, StepRecord
 from simcore.rng import LazyGenerator
@@ -60,14 +61,9 @@ LOAD_BALANCE_METHODS = ("round_robin", "total_requests", "total_tokens")
 DP_ATTENTION_CONSERVATIVENESS = 0.3
 
 
-def num_ranks(settings: ServerSettings) -> int:
-    """Attention-DP ranks (schedulers) of a server: ``dp_size`` with DP attention, else 1."""
-    return settings.dp_size if settings.enable_dp_attention else 1
-
-
 def attn_tp_size(settings: ServerSettings) -> int:
     """The attention TP group of each rank: ``tp / dp`` with DP attention (``compute_dp_attention_world_info``)."""
-    return settings.tp_size // num_ranks(settings)
+    return settings.tp_size // settings.dp_attention_ranks
 
 
 def rank_settings(settings: ServerSettings) -> ServerSettings:
@@ -76,7 +72,7 @@ def rank_settings(settings: ServerSettings) -> ServerSettings:
     ``× 0.3``, CUDA graphs at the captured sizes that are multiples of the attention TP size. The rank itself is a
     plain scheduler (``dp_size`` 1) with ``--max-running-requests // dp`` request slots when given
     (``model_runner.py``: ``server_args.max_running_requests // self.dp_size``), else the pool's own bound."""
-    dp = num_ranks(settings)
+    dp = settings.dp_attention_ranks
     if dp == 1:
         return settings
     # speculation's overrides first (resolve is idempotent): ``_handle_speculative_decoding`` runs after
@@ -159,18 +155,17 @@ class DpAttentionLatency:
         self.frontend_s = mlp.frontend_s
         self.name = f"{mlp.name}:dp{dp_size}"
         self.profile_hash = mlp.profile_hash
+        # the DP gather/scatter runs over the whole TP group: ParallelCosts.tp_allreduce_s (its allreduce_s narrows
+        # an all-reduce to the attention group under DP attention, which is the attention-side one)
         costs = mlp.costs
-        base = getattr(costs, "base", None)
-        # the DP gather/scatter runs over the whole TP group (moe_parallel's allreduce_s narrows an all-reduce to
-        # the attention group under DP attention, which is the attention-side one)
-        if base is not None and hasattr(costs, "multinode_allreduce_s"):
-            per_node = costs.gpu.gpus_per_node
-            self._tp_allreduce = (lambda b, g: base.allreduce_s(b, self.tp, g)) if self.tp <= per_node else \
-                (lambda b, g: costs.multinode_allreduce_s(b, self.tp, g))
-        else:
-            self._tp_allreduce = lambda b, g: costs.allreduce_s(b, self.tp, g)
+        self._tp_allreduce_s = getattr(costs, "tp_allreduce_s", costs.allreduce_s)
         self._k_comm = self.profile.op_scale.get("communication", 1.0)
+        # Memoization, as StepLatencyModel's: whole steps by every rank's shape (a repeated lockstep costs one
+        # look-up), and for a new one the parts that depend on token counts alone (the DP collectives here by
+        # gathered tokens, logit rows, CUDA graph and padding mode; the MLP half and each rank's attention
+        # projections in `StepLatencyModel`), so only the attention kernels (per-step KV sums) are priced afresh
         self._memo: dict[tuple[BatchShape | None, ...], StepTime] = {}
+        self._comm_memo: dict[tuple[int, int, bool, bool], float] = {}
 
     def per_request_tokens(self, k: int, captured_bs: Sequence[int] | None = None) -> "DpAttentionLatency":
         """The same model with its CUDA graphs captured for ``k`` tokens per request (``num_tokens_per_bs``: a
@@ -188,23 +183,36 @@ class DpAttentionLatency:
     def _pad(self, bs: int) -> int | None:
         return next_graph_bs(self.graph_bs, bs)
 
+    def _comm_s(self, gathered: int, logits: int, graph: bool, max_len: bool) -> float:
+        """The DP gather/scatter of every layer and the logits gather over the TP group, uncalibrated."""
+        key = (gathered, logits, graph, max_len)
+        hit = self._comm_memo.get(key)
+        if hit is not None:
+            return hit
+        mlp = self.mlp
+        hidden_bytes = gathered * mlp.shapes.hidden * 2.0
+        comm = mlp.shapes.num_layers * (1 if max_len else 2) * self._tp_allreduce_s(hidden_bytes, self.tp, graph)
+        if self.tp > 1 and logits:  # the vocab-parallel logits gathered over the TP group
+            comm += self._tp_allreduce_s(logits * mlp.model.vocab_size * 2.0 / self.tp, self.tp, graph)
+        self._comm_memo[key] = comm
+        return comm
+
     def step_time_ranks(self, shapes: Sequence[BatchShape | None]) -> StepTime:
         key = tuple(shapes)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
         out = self._compute(shapes)
-        if len(self._memo) > 200_000:
+        if len(self._memo) >= MEMO_LIMIT:
             self._memo.clear()
         self._memo[key] = out
         return out
 
     def _compute(self, shapes: Sequence[BatchShape | None]) -> StepTime:
-        prof = self.profile
+        mlp = self.mlp
         real = [s for s in shapes if s is not None and s.mode != "idle"]
-        cpus = [prof.cpu_base_s + prof.cpu_per_req_s * (len(s.extend_lens) + s.num_decode)
-                + prof.cpu_per_token_s * s.num_extend_tokens for s in real]
-        cpu = max(cpus) if cpus else prof.cpu_base_s
+        cpu = (max(mlp.host_s(len(s.extend_lens) + s.num_decode, s.num_extend_tokens) for s in real) if real
+               else self.profile.cpu_base_s)
         if not real:
             return StepTime(0.0, cpu)
         extend_in_batch = any(s.extend_lens for s in real)
@@ -228,20 +236,9 @@ class DpAttentionLatency:
         max_len = graph or (not extend_in_batch and total * 2 > mx * self.dp)  # DpPaddingMode
         gathered = mx * self.dp if max_len else total
         logits = sum(len(s.extend_lens) + (graph_bs if graph else s.num_decode) for s in real)
-        mlp = self.mlp
-        L = mlp.shapes.num_layers
-        hidden_bytes = gathered * mlp.shapes.hidden * 2.0
-        comm = L * (1 if max_len else 2) * self._tp_allreduce(hidden_bytes, graph)
-        if self.tp > 1 and logits:  # the vocab-parallel logits gathered over the TP group
-            comm += self._tp_allreduce(logits * mlp.model.vocab_size * 2.0 / self.tp, graph)
-        gpu = attn + mlp.mlp_side_s(gathered, logits) + self._k_comm * comm
-        if not graph:
-            gpu = max(gpu, mlp.eager_floor_s)
-        if extend_in_batch:  # as simcore/perf/step.py: the per-version cost of an extend forward, per layer
-            gpu += L * prof.extend_s_per_layer
+        gpu = attn + mlp.mlp_side_s(gathered, logits) + self._k_comm * self._comm_s(gathered, logits, graph, max_len)
         n_req = max(len(s.extend_lens) + s.num_decode for s in real)
-        gpu += prof.step_overhead_s + prof.gpu_per_req_s * n_req
-        return StepTime(gpu, cpu)
+        return mlp.finish_step(gpu, cpu, graph, extend_in_batch, n_req)
 
 
 class RankLocalLatency:
@@ -442,7 +439,7 @@ class DpAttentionServer:
         self.tok_req_s = settings.tokenizer_s_per_request
         self.tok_tok_s = settings.tokenizer_s_per_token
         self.tok_free = env.now
-        dp = num_ranks(settings)
+        dp = settings.dp_attention_ranks
         self.dispatcher = DataParallelDispatcher(settings.load_balance_method, dp)
         per_rank = rank_settings(settings).model_copy(update={"tokenizer_s_per_request": 0.0,
                                                               "tokenizer_s_per_token": 0.0})
@@ -707,7 +704,7 @@ def build_dp_attention_latency(model: Any, gpu: Any, settings: ServerSettings, p
     mlp = build_latency_model(model, gpu, s.tp_size, precision, backend=backend, profile=profile,
                               kv_cache_dtype=s.kv_cache_dtype, parallel=ParallelLayout.from_settings(s, gpu))
     graphs = () if s.disable_cuda_graph else rank_settings(s).cuda_graph_bs or ()
-    return DpAttentionLatency(attention, mlp, num_ranks(s), graphs)
+    return DpAttentionLatency(attention, mlp, s.dp_attention_ranks, graphs)
 
 
 def build_dp_speculative_latency(speculative: Any, model: Any, gpu: Any, settings: ServerSettings, precision: str,

@@ -16,11 +16,11 @@ Units: bytes for memory, tokens for the pool. ``GiB = 2**30``; ``MiB = 2**20``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simcore.errors import UserError
 from simcore.settings import ServerSettings, VersionFamily, _version_tuple, resolve, version_family
+from simcore.values import FrozenValue
 
 if TYPE_CHECKING:  # the catalogues are only needed by size_kv_pool
     from simcore.gpus import GpuSpec
@@ -209,10 +209,13 @@ def hybrid_swa_pool_tokens(max_total_num_tokens: int, full_layers: int, swa_laye
     return align(full), align(swa)
 
 
-@dataclass(frozen=True, slots=True)
-class KVPoolSizing:
+class KVPoolSizing(FrozenValue):
     """The outcome of sizing one server's KV pool (per TP rank; all ranks hold the same token count)."""
 
+    __slots__ = ("mem_fraction_static", "max_total_num_tokens", "max_running_requests", "cell_bytes_per_token",
+                 "weight_bytes_per_rank", "context_len", "swa_max_total_num_tokens", "full_cell_bytes",
+                 "swa_cell_bytes")
+    _defaults = {"swa_max_total_num_tokens": None, "full_cell_bytes": 0.0, "swa_cell_bytes": 0.0}
     mem_fraction_static: float
     max_total_num_tokens: int
     max_running_requests: int
@@ -220,10 +223,10 @@ class KVPoolSizing:
     weight_bytes_per_rank: int
     context_len: int
     # hybrid sliding-window pool (uses_hybrid_swa_pool): tokens of the SWA layers' own pool; None without one
-    swa_max_total_num_tokens: int | None = None
+    swa_max_total_num_tokens: int | None
 
-    full_cell_bytes: float = 0.0  # hybrid pool only: bytes per token of the full-attention layers together
-    swa_cell_bytes: float = 0.0  # hybrid pool only: bytes per token of the sliding-window layers together
+    full_cell_bytes: float  # hybrid pool only: bytes per token of the full-attention layers together
+    swa_cell_bytes: float  # hybrid pool only: bytes per token of the sliding-window layers together
 
     @property
     def kv_pool_bytes(self) -> float:
@@ -258,7 +261,7 @@ def size_kv_pool(model: "ModelSpec", gpu: "GpuSpec", settings: ServerSettings,
     s = resolve(settings, gpu.memory_bytes)
     prec = precision or model.default_precision
     dp_att = s.enable_dp_attention  # each of the dp attention ranks holds its own pool (simcore/dp_attention.py)
-    attn_tp = s.tp_size // s.dp_size if dp_att else s.tp_size
+    attn_tp = s.tp_size // s.dp_attention_ranks
     weights = (dp_attention_weight_bytes_per_rank(model, prec, s.tp_size, attn_tp) if dp_att
                else model.weight_bytes(prec) // s.tp_size) // s.pp_size
     kv_bytes = kv_dtype_bytes(s.kv_cache_dtype, "bf16" if model.dtype in ("auto",) else model.dtype)
@@ -275,8 +278,7 @@ def size_kv_pool(model: "ModelSpec", gpu: "GpuSpec", settings: ServerSettings,
             dp_attention=dp_att, dp_size=s.dp_size)
     tokens = max_total_num_tokens(gpu.memory_bytes, weights, cell, frac, s.page_size, s.max_total_tokens)
     ctx = s.context_length or model.context_length
-    # ModelRunner.dp_size is dp_size only with DP attention (0.5.9 model_runner.py __init__), else 1
-    reqs = max_running_requests(tokens, ctx, s.max_running_requests, s.dp_size if dp_att else 1, s.family)
+    reqs = max_running_requests(tokens, ctx, s.max_running_requests, s.dp_attention_ranks, s.family)
     if uses_hybrid_swa_pool(model, s, gpu.sm_version):
         per_layer = cell / (model.num_layers / s.pp_size)  # same KV heads and head dims on both kinds of layer
         full_layers, swa_layers = model.num_full_attention_layers / s.pp_size, model.num_swa_layers / s.pp_size

@@ -4,7 +4,8 @@ Field names are the server flags with dashes replaced by underscores (``--chunke
 ``chunked_prefill_size``). Fields left as None are resolved by :func:`resolve` from the GPU memory and the
 version family, following sglang-internals.md §2.12–2.13 and §6.1:
 
-- ``0.4``  : 0.4.x (default policy ``lpm`` up to 0.4.3, 0.4.10 CUDA-graph list, mem_fraction table)
+- ``0.4``  : 0.4.x (default policy ``lpm`` up to 0.4.3, 0.4.10 CUDA-graph list, mem_fraction table); 0.5.0 … 0.5.2
+  keep its chunked-prefill and CUDA-graph defaults (:func:`gpu_defaults_family`)
 - ``0.5``  : 0.5.0 … 0.5.9 (reservation of ignore_eos requests uses new_token_ratio; max_prefill_tokens applies
   with chunking on)
 - ``0.5.23``: 0.5.23 (ignore_eos reserved at ratio 1.0, +page_size reservation per request, max_prefill_tokens
@@ -179,6 +180,13 @@ class ServerSettings(FrozenModel):
         return version_family(self.sglang_version)
 
     @property
+    def dp_attention_ranks(self) -> int:
+        """Attention-DP ranks (schedulers with their own pool) of one server: ``dp_size`` with DP attention, else 1
+        (sglang 0.5.9 ``model_runner.py``: ``self.dp_size = server_args.dp_size if server_args.enable_dp_attention
+        else 1``); a plain DP server's replicas are whole servers of their own."""
+        return self.dp_size if self.enable_dp_attention else 1
+
+    @property
     def chunking_enabled(self) -> bool:
         return self.chunked_prefill_size is not None and self.chunked_prefill_size > 0
 
@@ -253,6 +261,8 @@ def default_cuda_graph_max_bs(gpu_memory_bytes: int | None, family: VersionFamil
             return 24 if small_tp else 80
         return 8 if small_tp else 80
     if gb < 60:
+        if family == "0.4":  # 0.4.6 … 0.5.2 set no max above 35 GB: the capture list tops out at 160
+            return 160
         return 32 if small_tp else 160
     if gb < 160:
         if family == "0.4":
@@ -315,6 +325,22 @@ def _speculative_overrides(settings: ServerSettings, gpu_memory_bytes: int | Non
 # is 2048 under 25,000 MB, else 8192.
 LAST_EARLY_04_GRAPH_VERSION = (0, 4, 0)
 
+# SGLang 0.5.0 … 0.5.2 keep 0.4.x's GPU-dependent defaults (read: sglang-0.5.1.post1 and 0.5.2 wheels,
+# srt/server_args.py ServerArgs.__post_init__ and srt/model_executor/cuda_graph_runner.py
+# get_batch_sizes_to_capture): chunked_prefill_size 2048 under 35 GiB, 8192 under 160 GiB, else 16384;
+# cuda_graph_max_bs set only under 35 GiB (8 below TP4, else 80), otherwise the capture list
+# [1, 2, 4, 8] + [16, 24, …, 160] (+ 168…256 above 90 GiB, + 272…512 above 160,000 MiB) is used whole. 0.5.3 brings
+# the per-GPU table (256 below TP4 / 512 on H100-class GPUs) and the longer list (_generate_cuda_graph_batch_sizes).
+LAST_04_DEFAULTS_VERSION = (0, 5, 2)
+
+
+def gpu_defaults_family(sglang_version: str) -> VersionFamily:
+    """The family whose chunked-prefill and CUDA-graph defaults a version uses: ``0.4`` up to 0.5.2."""
+    fam = version_family(sglang_version)
+    if fam == "0.5" and _version_tuple(sglang_version) <= LAST_04_DEFAULTS_VERSION:
+        return "0.4"
+    return fam
+
 
 def early_04_cuda_graph_max_bs(gpu_memory_bytes: int | None, tp_size: int) -> int:
     if gpu_memory_bytes is not None and gpu_memory_bytes / 1024**2 < 25_000:
@@ -329,7 +355,7 @@ def early_04_cuda_graph_batch_sizes(max_bs: int) -> tuple[int, ...]:
 
 def resolve(settings: ServerSettings, gpu_memory_bytes: int | None) -> ServerSettings:
     """Fill the GPU-dependent defaults (chunked prefill size, CUDA-graph sizes, policy). Idempotent."""
-    fam = settings.family
+    fam = gpu_defaults_family(settings.sglang_version)
     upd: dict[str, object] = {}
     if settings.speculative_algorithm is not None:  # idempotent: a second pass changes nothing
         settings = settings.model_copy(update=_speculative_overrides(settings, gpu_memory_bytes))

@@ -51,6 +51,12 @@ until the client counts ``isl``-range tokens) then reach the server as ``TOKEN_F
 reproduced with transformers 5.3.0 by ``validation/client_tokenizer_inflation.py`` (its docstring). B300 rows get
 that factor in ``server_tokens_per_prompt_token``; B200 0.5.9 (transformers 4.57.1) rows are unaffected.
 
+**The server encodes every prompt, one at a time.** The client sends text; SGLang's tokenizer manager encodes it
+synchronously in its one asyncio process (``managers/tokenizer_manager.py`` ``_tokenize_texts``), so each TTFT
+includes its prompt's encoding and that of every prompt ahead of it. B200 rows get the CPU time per prompt token
+measured by ``validation/tokenizer_cost.py`` in ``server_tokenize_us_per_token`` (``TOKENIZE_US_PER_TOKEN``); the
+B300 rows' text (decoded by the broken tokenizer) was not measured and stays blank.
+
 A measurement filed twice (same configuration and load, TTFT and TPOT equal to 1e-15 relative) is kept once.
 Each output row names its configuration in ``deployment_note``.
 
@@ -91,6 +97,10 @@ RANGE_RATIO = "0.8"
 # server tokens per client-counted prompt token on the B300 0.5.10.post1 runs, by isl (client_tokenizer_inflation.py:
 # Σ server / Σ client tokens over 80 prompts of sample_random_requests, seed 0, range ratio 0.8)
 TOKEN_FACTOR = {"1024": "5.16", "8192": "5.18"}
+# CPU µs per prompt token of the SGLang 0.5.9 tokenizer manager encoding these prompts (tokenizer_cost.py: 80 prompts
+# of sample_random_requests per isl, DeepSeek-V3/R1 tokenizer.json, tokenizers 0.22.2; docs/accuracy.md §3.14). B200
+# rows only: the B300 prompts are other text (decoded by transformers 5.3.0's broken tokenizer), not measured.
+TOKENIZE_US_PER_TOKEN = {"1024": "7.26", "8192": "5.93"}
 NOT_SIMULATED = {
     "fp8": "--enable-flashinfer-allreduce-fusion --attention-backend trtllm_mla --moe-runner-backend "
            "flashinfer_trtllm --quantization fp8 --data-parallel-size 1",
@@ -191,13 +201,14 @@ def build(source: Path) -> tuple[list[str], list[dict[str, str]], dict[str, int]
         r["num_requests"] = str(10 * c)
         r["warmup_requests"] = str(2 * c)
         r["server_tokens_per_prompt_token"] = TOKEN_FACTOR[r["isl"]] if r["gpu"] == "b300_sxm" else ""
+        r["server_tokenize_us_per_token"] = TOKENIZE_US_PER_TOKEN[r["isl"]] if r["gpu"] == "b200_sxm" else ""
         r["deployment_note"] = f"{cfg}; not simulated: {NOT_SIMULATED[r['precision']]}"
         if cfg.endswith("-mtp"):
             r["deployment_note"] += " SGLANG_ENABLE_SPEC_V2=1 --fp8-gemm-backend flashinfer_trtllm --use-chat-template"
         counts[cfg] = counts.get(cfg, 0) + 1
         (eagle if cfg.endswith("-mtp") else out).append(r)
     extra = [f for f in ("client", "random_range_ratio", "seed", "warmup_requests", "server_tokens_per_prompt_token",
-                         "deployment_note")
+                         "server_tokenize_us_per_token", "deployment_note")
              if f not in fields]
     return fields + extra, out, counts, eagle
 

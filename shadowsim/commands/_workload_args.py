@@ -334,8 +334,7 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         if args.max_total_tokens < 2:
             raise UserError("--max-total-tokens", "must be >= 2", "give the KV pool size in tokens")
         capacity = args.max_total_tokens - args.max_total_tokens % settings.page_size
-        max_running = max_running_requests(capacity, ctx, settings.max_running_requests,
-                                           settings.dp_size if settings.enable_dp_attention else 1)
+        max_running = max_running_requests(capacity, ctx, settings.max_running_requests, settings.dp_attention_ranks)
         mem_frac = None
         sizing = None
     else:
@@ -399,7 +398,7 @@ def simulate_point(args: argparse.Namespace, *, show_progress: bool = False, war
         "mem_fraction_static": mem_frac, "cuda_graph_max_bs": settings.cuda_graph_max_bs,
         "overlap_schedule": not settings.disable_overlap_schedule,
         # with DP attention the pool and request slots above are per attention-DP rank (simcore.dp_attention)
-        "dp_attention_ranks": settings.dp_size if settings.enable_dp_attention else 1,
+        "dp_attention_ranks": settings.dp_attention_ranks,
         "speculative": None if speculative is None else {
             "algorithm": speculative.config.algorithm, "num_steps": speculative.config.num_steps,
             "eagle_topk": speculative.config.eagle_topk, "num_draft_tokens": speculative.config.num_draft_tokens,

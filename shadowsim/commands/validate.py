@@ -81,6 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="... and per emitted token, µs (default 0; sources bound it to ≤ ~70–100 µs)")
     parser.add_argument("--tokenizer-us-per-request", type=float, default=0.0, metavar="US",
                         help="serial tokenizer in front of the scheduler: µs per arriving request (default 0)")
+    parser.add_argument("--tokenizer-us-per-token", type=float, default=None, metavar="US",
+                        help="... and µs per prompt token it encodes, for every row (default: each row's "
+                             "server_tokenize_us_per_token column, else 0; 0 turns it off; DeepSeek's tokenizer on "
+                             "InferenceX's random text: 6-7 µs, docs/accuracy.md §3.14)")
     parser.add_argument("--client", default=None, choices=("aiperf", "bench_serving", "poisson"),
                         help="override every row's client column: aiperf = closed loop, warm-up barrier (default "
                              "for rows with concurrency); bench_serving = SGLang bench_serving random dataset "
@@ -179,7 +183,9 @@ def run(args: argparse.Namespace) -> int:
         else args.prompt_overhead_tokens,
         length_dist=args.length_dist, output_path_s_per_step=args.output_path_us_per_step * 1e-6,
         output_path_s_per_token=args.output_path_us_per_token * 1e-6,
-        tokenizer_s_per_request=args.tokenizer_us_per_request * 1e-6, client=args.client,
+        tokenizer_s_per_request=args.tokenizer_us_per_request * 1e-6,
+        tokenizer_s_per_token=None if args.tokenizer_us_per_token is None else args.tokenizer_us_per_token * 1e-6,
+        client=args.client,
         warmup_barrier=not args.no_warmup_barrier, server_args=args.server_args,
         deployment=args.deployment,
         variability=Variability.measured() if args.variability == "measured" else None)

@@ -97,6 +97,11 @@ class TimeConfig(_Frozen):
     max_past_s: float = Field(86400.0, gt=0, description="a record with an event more than this behind its "
                               "partition's newest accepted event time is dead-lettered (ts_window)")
 
+    def expiry_before(self, watermark: float) -> float:
+        """The arrival time before which a request a twin (and the DP rank router) still holds unjoined is
+        forgotten at ``watermark``: ``max_wait_s + pending_expiry_margin_s`` behind it."""
+        return watermark - (self.max_wait_s + self.pending_expiry_margin_s)
+
 
 class DriftConfig(_Frozen):
     """Rolling error windows and verdict thresholds."""

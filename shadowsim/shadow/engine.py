@@ -311,10 +311,9 @@ class SimEngine:
         # DP attention: this twin is one attention-DP rank (shadowsim/shadow/ranks.py keeps one per rank), a rank
         # scheduler of simcore.dp_attention with the per-rank pool and its rank's own forward priced in lockstep
         self.server_settings = self.settings
-        self.dp_ranks = 1
+        self.dp_ranks = self.settings.dp_attention_ranks
         if self.settings.enable_dp_attention:
             self.settings, self.base_latency = dp_rank_model(cfg, server_config, self.settings, self.base_latency)
-            self.dp_ranks = self.server_settings.dp_size
         # speculative decoding (settings speculative_algorithm): the unscaled model prices its iterations, the
         # factors scale them (decode) and its prefills (prefill); the acceptance follows the log (set_acceptance)
         self.speculative = build_twin_speculative(cfg, server_config, self.settings, self.base_latency)

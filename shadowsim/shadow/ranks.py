@@ -154,8 +154,9 @@ class RankRouter:
 
     def expire(self, twin_id: str, horizon: float) -> int:
         """Forget the entries of ``twin_id``'s requests that arrived before ``horizon`` (event time): the service
-        calls it after each applied record with the twin's ``watermark − (max_wait_s + pending_expiry_margin_s)``,
-        the horizon beyond which the twin itself forgets a request unjoined (``InstanceTwin._gc``). Scans from the
+        calls it after each applied record with ``TimeConfig.expiry_before(watermark)`` (``watermark − (max_wait_s +
+        pending_expiry_margin_s)``), the horizon beyond which the twin itself forgets a request unjoined
+        (``InstanceTwin._gc``). Scans from the
         oldest entry and stops at the first younger one, so it costs O(1) amortised per event; an entry inserted
         after a younger one (arrivals out of order) waits for it. Not undone by ``roll_back`` (call it once the
         record is kept). A finish that arrives later is routed like that of an unknown request. Returns how many

@@ -375,8 +375,7 @@ class ShadowService:
         if ranks._undo:  # ranks.commit()  # noqa: SLF001
             ranks.commit()
         if ranks._open.get(iid):  # noqa: SLF001 - this twin has DP routing entries: forget those it forgets (issue 11)
-            tc = self.config.time
-            ranks.expire(iid, twin.watermark - (tc.max_wait_s + tc.pending_expiry_margin_s))  # type: ignore[union-attr]
+            ranks.expire(iid, self.config.time.expiry_before(twin.watermark))  # type: ignore[union-attr]
         if ts > ps.max_ts:
             ps.max_ts = ts
         return True
@@ -429,7 +428,7 @@ class ShadowService:
         if self.ranks._open:  # noqa: SLF001
             tc = self.config.time
             for iid in set(ids):
-                self.ranks.expire(iid, twins[iid].watermark - (tc.max_wait_s + tc.pending_expiry_margin_s))
+                self.ranks.expire(iid, tc.expiry_before(twins[iid].watermark))
         newest = max(ev.ts for ev in events)
         if newest > ps.max_ts:  # max(ps.max_ts, newest)
             ps.max_ts = newest

@@ -488,7 +488,7 @@ class InstanceTwin:
         so a finish that still arrives is dropped like a duplicate. Ids of joined requests are remembered for
         ``10 × max_wait_s`` of event time to drop duplicate deliveries."""
         tc = self.time_cfg
-        expiry = wm - (tc.max_wait_s + tc.pending_expiry_margin_s)
+        expiry = tc.expiry_before(wm)
         h = self._by_arrival
         while h and h[0][0] < expiry:
             ts, rid = heapq.heappop(h)

@@ -27,7 +27,7 @@ from simcore.perf.sliding_window import window_decode_kv, window_extend_sq
 
 # Kernels per layer that are not GEMMs or attention (norms, RoPE, activation, KV store, qk-norm).
 _EW_KERNELS = 5
-_MEMO_LIMIT = 200_000
+MEMO_LIMIT = 200_000  # whole-step memo entries kept at most (then cleared); DpAttentionLatency too
 
 # SGLang's attention dispatch for MLA models in an extend (prefill or mixed) batch, sglang 0.5.9
 # models/deepseek_common/attention_backend_handler.py: on Blackwell (trtllm_mla, the DeepSeek default on SM100,
@@ -112,11 +112,18 @@ class StepLatencyModel:
         self._sm_version = (costs.roof.gpu if isinstance(costs, TableCosts) else costs.gpu).sm_version
         mla_floor = profile.launch_s_per_mla_layer if self.shapes.is_mla else 0.0
         self._launch_per_layer = mla_floor or profile.launch_s_per_layer  # eager floor per layer
+        # The shortest eager step: the host launches of every layer. The CPU launches ~15 kernels per layer, so a
+        # short step cannot beat its launches; an MLA + MoE layer dispatches far more host-side ops
+        # (profile.launch_s_per_mla_layer, docs/accuracy.md §3.12).
+        self.eager_floor_s = self.shapes.num_layers * self._launch_per_layer
         # sliding-window layers (simcore/perf/sliding_window.py): attention over at most `window` tokens
         self._window = model.sliding_window if model.num_swa_layers and not model.is_mla else 0
         self._swa_layers = model.num_swa_layers if self._window else 0
         self._full_layers = self.shapes.num_layers - self._swa_layers
         self._dense_memo: dict[tuple[int, int, bool], float] = {}
+        # the two halves of a DP-attention step (attention_side_s, mlp_side_s), token-count parts
+        self._attention_dense_memo: dict[tuple[int, bool], float] = {}
+        self._mlp_memo: dict[tuple[int, int], float] = {}
         self._memo: dict[BatchShape, StepTime] = {}
 
     # ---- the token-count-only part ------------------------------------------------------------------------
@@ -131,23 +138,39 @@ class StepLatencyModel:
         gemm_ms += sum(cv(m) for cv in self._dense_curves) * sh.num_dense_layers
         gemm_ms += sum(cv(m) for cv in self._shared_curves) * sh.num_moe_layers
         gemm_s = gemm_ms * 1e-3
-        moe_s = 0.0
-        if sh.num_moe_layers:
-            moe_s = sh.num_moe_layers * c.moe_s(m, sh.hidden, sh.moe_inter, sh.top_k, sh.num_experts,
-                                                 self._gemm_dtype, tp=self.tp)
         hidden_bytes = m * sh.hidden * 2.0
         # Two all-reduces per layer (after O and after the MLP) plus one after the vocab-parallel embedding.
         comm_s = (2 * L + 1) * c.allreduce_s(hidden_bytes, self.tp, graph)
         if self.tp > 1 and logits:  # gather the vocab-sharded logits (bf16) onto every rank
             comm_s += c.allreduce_s(logits * self.model.vocab_size * 2.0 / self.tp, self.tp, graph)
-        ew_s = L * c.elementwise_s(m * sh.elementwise_bytes_per_token, _EW_KERNELS + (1 if sh.qk_norm else 0))
-        head_s = self._lm_curve(max(logits, 1)) * 1e-3 if logits else 0.0
-        # Sampling reads the fp32 logits; embedding reads m rows of the table.
-        ew_s += c.elementwise_s(logits * sh.lm_head.n * 4.0 + hidden_bytes, 3)
-        total = (self._k_gemm * (gemm_s + head_s) + self._k_moe * moe_s + self._k_comm * comm_s
-                 + self._k_ew * ew_s)
+        ew_s = self._layer_elementwise_s(m) + self._head_elementwise_s(m, logits)
+        total = (self._k_gemm * (gemm_s + self._head_s(logits)) + self._k_moe * self._moe_layers_s(m)
+                 + self._k_comm * comm_s + self._k_ew * ew_s)
         self._dense_memo[key] = total
         return total
+
+    def _layer_elementwise_s(self, m: int) -> float:
+        """The per-layer elementwise kernels (norms, RoPE, activation, KV store, qk-norm) over ``m`` tokens, all
+        layers, uncalibrated."""
+        sh = self.shapes
+        return sh.num_layers * self.costs.elementwise_s(m * sh.elementwise_bytes_per_token,
+                                                        _EW_KERNELS + (1 if sh.qk_norm else 0))
+
+    def _head_elementwise_s(self, m: int, logits: int) -> float:
+        """Sampling (reads the fp32 logits of ``logits`` rows) and the embedding (``m`` rows of the table)."""
+        return self.costs.elementwise_s(logits * self.shapes.lm_head.n * 4.0 + m * self.shapes.hidden * 2.0, 3)
+
+    def _head_s(self, logits: int) -> float:
+        """The LM head GEMM over ``logits`` rows (seconds, uncalibrated)."""
+        return self._lm_curve(max(logits, 1)) * 1e-3 if logits else 0.0
+
+    def _moe_layers_s(self, m: int) -> float:
+        """The fused MoE of every MoE layer over ``m`` tokens (the costs' layout), uncalibrated; 0 for a dense model."""
+        sh = self.shapes
+        if not sh.num_moe_layers:
+            return 0.0
+        return sh.num_moe_layers * self.costs.moe_s(m, sh.hidden, sh.moe_inter, sh.top_k, sh.num_experts,
+                                                    self._gemm_dtype, tp=self.tp)
 
     # ---- attention ------------------------------------------------------------------------------------------
     def _context_attention(self, extend: tuple[int, ...], prefix: tuple[int, ...]) -> float:
@@ -240,75 +263,87 @@ class StepLatencyModel:
         if hit is not None:
             return hit
         out = self._compute(shape)
-        if len(self._memo) >= _MEMO_LIMIT:
+        if len(self._memo) >= MEMO_LIMIT:
             self._memo.clear()
         self._memo[shape] = out
         return out
 
     def _compute(self, shape: BatchShape) -> StepTime:
-        prof = self.profile
         n_ext = len(shape.extend_lens)
         n_req = n_ext + shape.num_decode
         ext_tokens = shape.num_extend_tokens
+        prof = self.profile
+        # host_s and _dense_part's memo look-up, inlined: this is the hot path of every new step shape
         cpu = prof.cpu_base_s + prof.cpu_per_req_s * n_req + prof.cpu_per_token_s * ext_tokens
         if n_req == 0:
             return StepTime(0.0, cpu)
         graph = shape.cuda_graph_bs is not None and n_ext == 0
         bs = shape.cuda_graph_bs if graph else shape.num_decode
         m = ext_tokens + bs
-        L = self.shapes.num_layers
-        gpu = self._dense_part(m, n_ext + bs, graph)
+        logits = n_ext + bs
+        dense = self._dense_memo.get((m, logits, graph))
+        if dense is None:
+            dense = self._dense_part(m, logits, graph)
+        gpu = self._add_attention(dense, shape, bs, m)
+        return self.finish_step(gpu, cpu, graph, n_ext > 0, n_req)
+
+    def host_s(self, n_req: int, extend_tokens: int) -> float:
+        """The scheduler's CPU pass for a batch of ``n_req`` requests with ``extend_tokens`` extend tokens (profile:
+        base + per request + per extend token)."""
+        prof = self.profile
+        return prof.cpu_base_s + prof.cpu_per_req_s * n_req + prof.cpu_per_token_s * extend_tokens
+
+    def _add_attention(self, acc: float, shape: BatchShape, bs: int, m: int) -> float:
+        """``acc`` plus the attention kernels of ``shape``'s rows (its extend rows and ``bs`` decode rows, ``m``
+        tokens in all), calibrated, added in this order: context attention, the MLA MHA path, decode attention."""
         decode_attention = bs > 0
-        if n_ext:
-            gpu += self._k_ctx * self._context_attention_layers(shape.extend_lens, shape.prefix_lens)
+        if shape.extend_lens:
+            acc += self._k_ctx * self._context_attention_layers(shape.extend_lens, shape.prefix_lens)
             if self.shapes.is_mla:
                 # decode rows of a mixed batch are extend rows of 1 token over their KV (the new token excluded)
                 prefix = sum(shape.prefix_lens) + max(0, shape.decode_sum_kv - shape.num_decode)
                 if mla_extend_runs_mha(self._sm_version, prefix):
-                    gpu += L * (self.mla_prefix_s(prefix) + self.mla_new_tokens_mha_s(ext_tokens + bs))
+                    acc += self.shapes.num_layers * (self.mla_prefix_s(prefix) + self.mla_new_tokens_mha_s(m))
                     decode_attention = False  # the decode rows' queries ride the MHA extend kernel
         if decode_attention:
-            gpu += self._k_gen * self._generation_attention_layers(bs, shape)
-        if not graph:
-            # Eager mode: the CPU launches ~15 kernels per layer; a short step cannot beat its launches. An MLA +
-            # MoE layer dispatches far more host-side ops (profile.launch_s_per_mla_layer, docs/accuracy.md §3.12).
-            gpu = max(gpu, L * self._launch_per_layer)
-        if n_ext:  # per-version cost of an extend (eager) forward beyond the tables (profile.extend_s_per_layer)
-            gpu += L * prof.extend_s_per_layer
-        gpu += prof.step_overhead_s + prof.gpu_per_req_s * n_req
-        return StepTime(gpu, cpu)
+            acc += self._k_gen * self._generation_attention_layers(bs, shape)
+        return acc
+
+    def finish_step(self, gpu: float, cpu: float, graph: bool, extend: bool, n_req: int) -> StepTime:
+        """A forward's step time from its kernels' ``gpu`` seconds and its host pass ``cpu``: the eager floor (not
+        ``graph``), the extend cost (``extend``: the batch has extend rows) and the per-step and per-request
+        overheads (``n_req`` requests) added to the GPU time."""
+        prof = self.profile
+        if not graph and gpu < self.eager_floor_s:
+            gpu = self.eager_floor_s
+        if extend:  # per-version cost of an extend (eager) forward beyond the tables (profile.extend_s_per_layer)
+            gpu += self.shapes.num_layers * prof.extend_s_per_layer
+        return StepTime(gpu + (prof.step_overhead_s + prof.gpu_per_req_s * n_req), cpu)
 
     # ---- the two halves of a step under DP attention (simcore/dp_attention.py) ------------------------------------
-    @property
-    def eager_floor_s(self) -> float:
-        """The shortest eager step: the host launches of every layer (see `_compute`)."""
-        return self.shapes.num_layers * self._launch_per_layer
-
     def attention_side_s(self, shape: BatchShape, bs: int, graph: bool) -> float:
         """GPU seconds of one attention-DP rank's own half of a step, at this model's TP (the attention TP group,
         tp / dp): the attention projections, the attention kernels and the elementwise kernels over its own rows
         (``shape``'s extend tokens plus ``bs`` decode rows, padded when ``graph``), and the all-reduce after the
         attention inside the attention TP group. Profile scales applied; no per-step overhead."""
-        n_ext = len(shape.extend_lens)
         m = shape.num_extend_tokens + bs
         if m == 0:
             return 0.0
+        return self._attention_dense_s(m, graph) + self._add_attention(0.0, shape, bs, m)
+
+    def _attention_dense_s(self, m: int, graph: bool) -> float:
+        """The token-count-only part of `attention_side_s` (projections, all-reduce, elementwise), memoized as
+        `_dense_part`."""
+        key = (m, graph)
+        hit = self._attention_dense_memo.get(key)
+        if hit is not None:
+            return hit
         sh, c, L = self.shapes, self.costs, self.shapes.num_layers
         gemm_s = sum(cv(m) for cv in self._attn_curves) * L * 1e-3
         comm_s = L * c.allreduce_s(m * sh.hidden * 2.0, self.tp, graph) if self.tp > 1 else 0.0
-        ew_s = L * c.elementwise_s(m * sh.elementwise_bytes_per_token, _EW_KERNELS + (1 if sh.qk_norm else 0))
-        attn_s = 0.0
-        decode_attention = bs > 0
-        if n_ext:
-            attn_s += self._k_ctx * self._context_attention_layers(shape.extend_lens, shape.prefix_lens)
-            if sh.is_mla:
-                prefix = sum(shape.prefix_lens) + max(0, shape.decode_sum_kv - shape.num_decode)
-                if mla_extend_runs_mha(self._sm_version, prefix):
-                    attn_s += L * (self.mla_prefix_s(prefix) + self.mla_new_tokens_mha_s(m))
-                    decode_attention = False
-        if decode_attention:
-            attn_s += self._k_gen * self._generation_attention_layers(bs, shape)
-        return self._k_gemm * gemm_s + self._k_comm * comm_s + self._k_ew * ew_s + attn_s
+        total = self._k_gemm * gemm_s + self._k_comm * comm_s + self._k_ew * self._layer_elementwise_s(m)
+        self._attention_dense_memo[key] = total
+        return total
 
     def mlp_side_s(self, tokens: int, logits: int) -> float:
         """GPU seconds of the MLP half of a step over ``tokens`` tokens gathered from every attention-DP rank, at
@@ -317,16 +352,17 @@ class StepLatencyModel:
         (simcore/dp_attention.py prices the DP gather/scatter and the logits gather). Profile scales applied."""
         if tokens <= 0:
             return 0.0
-        sh, c = self.shapes, self.costs
+        key = (tokens, logits)
+        hit = self._mlp_memo.get(key)
+        if hit is not None:
+            return hit
+        sh = self.shapes
         gemm_ms = sum(cv(tokens) for cv in self._dense_curves) * sh.num_dense_layers
         gemm_ms += sum(cv(tokens) for cv in self._shared_curves) * sh.num_moe_layers
-        moe_s = 0.0
-        if sh.num_moe_layers:
-            moe_s = sh.num_moe_layers * c.moe_s(tokens, sh.hidden, sh.moe_inter, sh.top_k, sh.num_experts,
-                                                 self._gemm_dtype, tp=self.tp)
-        head_s = self._lm_curve(max(logits, 1)) * 1e-3 if logits else 0.0
-        ew_s = c.elementwise_s(logits * sh.lm_head.n * 4.0 + tokens * sh.hidden * 2.0, 3)
-        return self._k_gemm * (gemm_ms * 1e-3 + head_s) + self._k_moe * moe_s + self._k_ew * ew_s
+        total = (self._k_gemm * (gemm_ms * 1e-3 + self._head_s(logits)) + self._k_moe * self._moe_layers_s(tokens)
+                 + self._k_ew * self._head_elementwise_s(tokens, logits))
+        self._mlp_memo[key] = total
+        return total
 
     # ---- introspection (benchmarks, docs, the calibrate command) ------------------------------------------------
     def breakdown(self, shape: BatchShape) -> dict[str, float]:
@@ -347,6 +383,5 @@ class StepLatencyModel:
             "elementwise": L * c.elementwise_s(m * sh.elementwise_bytes_per_token, _EW_KERNELS),
         }
         if sh.num_moe_layers:
-            out["moe"] = sh.num_moe_layers * c.moe_s(m, sh.hidden, sh.moe_inter, sh.top_k, sh.num_experts,
-                                                     self._gemm_dtype, tp=self.tp)
+            out["moe"] = self._moe_layers_s(m)
         return out

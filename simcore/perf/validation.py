@@ -17,7 +17,9 @@ SGLang's bench_serving random dataset, Poisson at ``request_rate`` or ``inf`` wi
 ``random_range_ratio`` and ``seed`` (bench_serving's ``--random-range-ratio``, default 0.0, and ``--seed``,
 default 1), ``server_tokens_per_prompt_token`` (bench_serving only, > 0, blank = 1: tokens the server's tokenizer
 makes of each prompt token the client counted, for a client whose tokenizer differs from the server's; ``isl``
-stays the client's length, docs/accuracy.md §3.12), and the measurements a bench_serving printout gives beyond the means (``measured_ttft_p50_ms``: median
+stays the client's length, docs/accuracy.md §3.12), ``server_tokenize_us_per_token`` (>= 0, blank = not modelled: CPU
+µs the server's tokenizer manager spends per prompt token it encodes; prompts are encoded one at a time, so a burst
+reaches the scheduler spread out, docs/accuracy.md §3.14, ``validation/tokenizer_cost.py``), and the measurements a bench_serving printout gives beyond the means (``measured_ttft_p50_ms``: median
 TTFT; ``measured_itl_p50_ms``: median inter-token latency over all token gaps of all requests;
 ``measured_output_tokens_per_s``: output tokens / benchmark duration; ``measured_e2e_ms``: mean end-to-end
 latency, used instead of the TTFT + TPOT derivation when given). These are compared only where a row has them.
@@ -46,7 +48,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -54,6 +56,9 @@ from simcore.errors import UserError
 from simcore.perf.profile import CalibrationProfile
 from simcore.server_flags import parse_server_args
 from simcore.variability import Variability
+
+if TYPE_CHECKING:
+    from simcore.results import StepRecord
 
 # aiconfigurator's generated benchmark (bench_run.sh.j2): --num-requests C × 20, --warmup-request-count C × 2
 REQUESTS_PER_CLIENT = 20
@@ -124,6 +129,9 @@ class Row:
     seed: int | None = None  # optional column: the benchmark client's seed (bench_serving --seed; None: 1)
     # optional column: server tokens per client-counted prompt token (None: 1, client and server tokenize alike)
     server_tokens_per_prompt_token: float | None = None
+    # optional column: CPU µs the server's tokenizer manager spends per prompt token it encodes, one prompt at a time
+    # (None: not modelled; docs/accuracy.md §3.14, validation/tokenizer_cost.py)
+    server_tokenize_us_per_token: float | None = None
 
     @property
     def deployment(self) -> str:
@@ -226,6 +234,7 @@ def rows_from_records(records: Iterable[dict[str, str]], fieldnames: Sequence[st
             random_range_ratio=_num(r.get("random_range_ratio"), float, "random_range_ratio", rid),
             seed=_num(r.get("seed"), int, "seed", rid),
             server_tokens_per_prompt_token=_token_factor(r, rid),
+            server_tokenize_us_per_token=_tokenize_cost(r, rid),
         ))
     return rows
 
@@ -241,6 +250,22 @@ def _token_factor(r: dict[str, str], rid: str) -> float | None:
         raise UserError("server_tokens_per_prompt_token", f"row {rid}: only read with client bench_serving",
                         "set the row's client column to bench_serving or leave the column blank")
     return f
+
+
+def _tokenize_cost(r: dict[str, str], rid: str) -> float | None:
+    """The ``server_tokenize_us_per_token`` column: blank, or a number >= 0 (µs per prompt token)."""
+    f = _num(r.get("server_tokenize_us_per_token"), float, "server_tokenize_us_per_token", rid)
+    if f is not None and not (f >= 0 and math.isfinite(f)):
+        raise UserError("server_tokenize_us_per_token", f"row {rid}: {f!r} is not a number >= 0")
+    return f
+
+
+def tokenizer_s_per_token(row: Row, p: Protocol) -> float:
+    """Seconds of the server's serial tokenizer per prompt token: the protocol's value when given (every row),
+    else the row's ``server_tokenize_us_per_token`` column, else 0 (not modelled)."""
+    if p.tokenizer_s_per_token is not None:
+        return p.tokenizer_s_per_token
+    return (row.server_tokenize_us_per_token or 0.0) * 1e-6
 
 
 @dataclass
@@ -343,6 +368,9 @@ class Protocol:
     output_path_s_per_step: float = 0.0
     output_path_s_per_token: float = 0.0
     tokenizer_s_per_request: float = 0.0
+    # per prompt token the server's tokenizer encodes, for every row (None: the row's server_tokenize_us_per_token
+    # column, else 0; docs/accuracy.md §3.12)
+    tokenizer_s_per_token: float | None = None
     client: str | None = None  # overrides every row's client (None: the row's column, else by its load)
     warmup_barrier: bool = True  # aiperf: profiling starts when every warm-up response is back
     # flags for rows without a server_args column (None: SGLang defaults); may say {isl}, {isl+1500}, {osl}, or be
@@ -360,8 +388,9 @@ class Protocol:
             raise UserError("--warmup-per-client", f"must be >= 0, got {self.warmup_per_client}")
         if self.prompt_overhead_tokens < 0:
             raise UserError("--prompt-overhead-tokens", f"must be >= 0, got {self.prompt_overhead_tokens}")
-        for name in ("output_path_s_per_step", "output_path_s_per_token", "tokenizer_s_per_request"):
-            if getattr(self, name) < 0:
+        for name in ("output_path_s_per_step", "output_path_s_per_token", "tokenizer_s_per_request",
+                     "tokenizer_s_per_token"):
+            if (getattr(self, name) or 0.0) < 0:
                 raise UserError("--" + name.replace("_s_", "_us_").replace("_", "-"), "must be >= 0")
         if self.length_dist is not None and self.length_dist not in LENGTH_DISTS:
             raise UserError("--length-dist", f"unknown length distribution {self.length_dist!r}",
@@ -459,8 +488,12 @@ def _workload(row: Row, p: Protocol, seed: int) -> tuple[Any, int, str]:
 
 
 def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend: str = "auto",
-                 seed: int = 0, protocol: Protocol | None = None) -> RowResult:
-    """Run the row's benchmark in the simulator. Raises UserError when the model/GPU/precision is unknown."""
+                 seed: int = 0, protocol: Protocol | None = None,
+                 observer: Callable[[StepRecord], None] | None = None) -> RowResult:
+    """Run the row's benchmark in the simulator. Raises UserError when the model/GPU/precision is unknown.
+
+    ``observer`` receives every forward pass's `StepRecord` (simcore.engine.simulate), e.g. for
+    `simcore.perf.decode_split`."""
     from simcore.benchmark_clients import lockstep_index
     from simcore.engine import simulate
     from simcore.frozen_model import FieldError
@@ -487,7 +520,8 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
         settings = resolve(ServerSettings(sglang_version=row.sglang_version, tp_size=row.tp,
                                           output_path_s_per_step=p.output_path_s_per_step,
                                           output_path_s_per_token=p.output_path_s_per_token,
-                                          tokenizer_s_per_request=p.tokenizer_s_per_request, **flags),
+                                          tokenizer_s_per_request=p.tokenizer_s_per_request,
+                                          tokenizer_s_per_token=tokenizer_s_per_token(row, p), **flags),
                            gpu.memory_bytes)
     except FieldError as exc:
         err = exc.errors()[0]
@@ -524,7 +558,7 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
         workload = DelayedWorkload(workload, delays)
     res = simulate(settings, latency, workload, kv_capacity_tokens=pool.max_total_num_tokens, seed=seed,
                    max_running_requests=pool.max_running_requests, context_len=pool.context_len,
-                   speculative=speculative)
+                   speculative=speculative, observer=observer)
     recs = res.records if delays is None else client_records(res.records, workload.offsets)
     # requests are numbered in sending order, so the warm-up ones are the first `warmup`
     recs = [r for r in recs if not r.aborted and int(r.rid[len(_RID):]) >= warmup]

@@ -93,6 +93,15 @@ def build(kind: str, data: dict[str, Any]) -> LineResult:
         return validation_reason(kind, exc)
 
 
+def drop_idle_speculative(data: dict[str, Any]) -> None:
+    """Drop a ``server_config``'s speculative sizes when it has no algorithm: SGLang reports them with their
+    defaults while speculation is off (0.4.3 logs speculative_algorithm=None, speculative_num_steps=5, ...;
+    ``/server_info`` the same), and then they describe nothing the server runs."""
+    if data.get("speculative_algorithm") is None:
+        for k in [k for k in data if k.startswith("speculative_")]:
+            del data[k]
+
+
 def to_int(text: str) -> int:
     """'1,234' / '1234' / '12.0' -> int. Raises ValueError on anything else."""
     t = text.strip().replace(",", "")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streams.adapters.base import LineResult, ParseContext, as_int, build, finite
+from streams.adapters.base import LineResult, ParseContext, as_int, build, drop_idle_speculative, finite
 
 _STR = {"model_path": "model", "served_model_name": "model", "schedule_policy": "schedule_policy",
         "kv_cache_dtype": "kv_cache_dtype", "version": "sglang_version",
@@ -47,9 +47,7 @@ def from_server_info(obj: dict[str, Any], ctx: ParseContext) -> LineResult:
     for key, field in _BOOL.items():
         if isinstance(obj.get(key), bool):
             data[field] = obj[key]
-    if data.get("speculative_algorithm") is None:  # sizes logged with their defaults while speculation is off
-        for k in [k for k in data if k.startswith("speculative_")]:
-            del data[k]
+    drop_idle_speculative(data)
     mfs = finite(obj.get("mem_fraction_static"))
     if mfs is not None:
         data["mem_fraction_static"] = mfs

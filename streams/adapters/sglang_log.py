@@ -21,7 +21,8 @@ from typing import Any
 import pydantic
 
 from streams.adapters import request_log
-from streams.adapters.base import _VALIDATORS, LineResult, ParseContext, build, to_float, to_int, validation_reason
+from streams.adapters.base import (_VALIDATORS, LineResult, ParseContext, build, drop_idle_speculative, to_float,
+                                   to_int, validation_reason)
 from streams.adapters.log_prefix import (_MINUTE_CACHE, _NO_RANKS, _TAGS_CACHE, _fast_header, _minute, _ranks_of,
                                          split_header)
 
@@ -321,16 +322,8 @@ def _server_args(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineResu
         data[field] = val
     if "model" in data and not isinstance(data["model"], str):
         data["model"] = str(data["model"])
-    _drop_idle_speculative(data)
+    drop_idle_speculative(data)
     return build("server_config", data)
-
-
-def _drop_idle_speculative(data: dict[str, Any]) -> None:
-    """Speculative sizes are logged with their defaults when speculation is off (0.4.3: speculative_algorithm=None,
-    speculative_num_steps=5, ...): without an algorithm they describe nothing the server runs."""
-    if data.get("speculative_algorithm") is None:
-        for k in [k for k in data if k.startswith("speculative_")]:
-            del data[k]
 
 
 def parse_message(msg: str, ranks: dict[str, int], ctx: ParseContext) -> LineResult:

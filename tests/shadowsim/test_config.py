@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from simcore.errors import UserError
-from shadowsim.shadow.config import load_config
+from shadowsim.shadow.config import TimeConfig, load_config
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "shadow.md"
 
@@ -36,3 +36,8 @@ def test_errors_name_the_field(tmp_path: Path) -> None:
         load_config(path)
     with pytest.raises(UserError, match="does not exist"):
         load_config(tmp_path / "missing.yaml")
+
+
+def test_expiry_is_max_wait_plus_margin_behind_the_watermark() -> None:
+    assert TimeConfig().expiry_before(1000.0) == 1000.0 - (60.0 + 600.0)  # the defaults
+    assert TimeConfig(max_wait_s=5.0, pending_expiry_margin_s=10.0).expiry_before(100.0) == 85.0

@@ -249,8 +249,9 @@ def test_step_is_the_slowest_rank_attention_plus_moe_on_gathered_tokens() -> Non
     attn = max(lat.attention.attention_side_s(pre, 0, False), lat.attention.attention_side_s(dec, 20, False))
     L = lat.mlp.shapes.num_layers
     gathered = 1020
-    comm = L * 2 * lat._tp_allreduce(gathered * 7168 * 2.0, False)  # gather all-reduce + the one after the MLP
-    comm += lat._tp_allreduce(21 * 129280 * 2.0 / 8, False)  # logits of 21 rows, vocab over 8 ranks
+    tp_allreduce = lat.mlp.costs.tp_allreduce_s  # over the whole TP group of 8 (ParallelCosts)
+    comm = L * 2 * tp_allreduce(gathered * 7168 * 2.0, 8, False)  # gather all-reduce + the one after the MLP
+    comm += tp_allreduce(21 * 129280 * 2.0 / 8, 8, False)  # logits of 21 rows, vocab over 8 ranks
     want = attn + lat.mlp.mlp_side_s(gathered, 21) + lat._k_comm * comm
     want = max(want, lat.mlp.eager_floor_s) + prof.step_overhead_s + prof.gpu_per_req_s * 20
     got = lat.step_time_ranks(shapes).gpu_s
@@ -266,9 +267,9 @@ def test_idle_ranks_pay_the_moe_of_a_cuda_graph_step() -> None:
     lat, s = _deepseek_dp8()
     dec = BatchShape((), (), 4, 4 * 300)
     L = lat.mlp.shapes.num_layers
+    tp_allreduce = lat.mlp.costs.tp_allreduce_s
     want = (lat.attention.attention_side_s(dec, 4, True) + lat.mlp.mlp_side_s(32, 4)
-            + lat._k_comm * (L * lat._tp_allreduce(32 * 7168 * 2.0, True)
-                             + lat._tp_allreduce(4 * 129280 * 2.0 / 8, True))
+            + lat._k_comm * (L * tp_allreduce(32 * 7168 * 2.0, 8, True) + tp_allreduce(4 * 129280 * 2.0 / 8, 8, True))
             + lat.profile.step_overhead_s + lat.profile.gpu_per_req_s * 4)
     one = lat.step_time_ranks([dec] + [None] * 7).gpu_s
     assert abs(one - want) < 1e-12
@@ -276,7 +277,8 @@ def test_idle_ranks_pay_the_moe_of_a_cuda_graph_step() -> None:
     # instead of 4) makes the step dearer than one busy rank's
     eight = lat.step_time_ranks([dec] * 8).gpu_s
     head = (lat.mlp.mlp_side_s(32, 32) - lat.mlp.mlp_side_s(32, 4)
-            + lat._k_comm * (lat._tp_allreduce(32 * 129280 * 2.0 / 8, True) - lat._tp_allreduce(4 * 129280 * 2.0 / 8, True)))
+            + lat._k_comm * (tp_allreduce(32 * 129280 * 2.0 / 8, 8, True)
+                             - tp_allreduce(4 * 129280 * 2.0 / 8, 8, True)))
     assert abs(eight - one - head) < 1e-12
     # and more than a plain TP8 server decoding the same 4 rows (it moves 4 tokens, not 32, through the MoE)
     plain = lat.mlp.step_time(BatchShape((), (), 4, 4 * 300, (), 4)).gpu_s

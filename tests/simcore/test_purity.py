@@ -21,6 +21,9 @@ FORBIDDEN_ATTRS = {
     ("time", "sleep"), ("datetime", "now"), ("datetime", "utcnow"), ("date", "today"),
 }
 FORBIDDEN_NAMES = {"getenv", "environ"}  # from os import environ/getenv
+# The one exception: the import machinery (simcore/_native.py) reads SHADOWSIM_PURE_PYTHON to choose which file of
+# a module is imported (compiled or .py source, identical results), never an input of a simulation.
+ALLOWED = {"simcore/_native.py": ["simcore/_native.py:26: os.environ"]}
 
 
 def _modules() -> list[Path]:
@@ -60,7 +63,7 @@ def test_simcore_has_modules() -> None:
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SIMCORE)))
 def test_module_is_pure(path: Path) -> None:
-    assert _violations(path) == []
+    assert _violations(path) == ALLOWED.get(str(path.relative_to(SIMCORE.parent)), [])
 
 
 def test_checker_catches_violations(tmp_path: Path) -> None:

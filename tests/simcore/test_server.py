@@ -132,6 +132,16 @@ def test_max_running_requests_caps_the_batch() -> None:
     assert rec["r2"].first_token_s >= min(rec["r0"].finish_s, rec["r1"].finish_s)
 
 
+def test_plain_dp_does_not_divide_the_request_slots() -> None:
+    # --dp-size 2 without DP attention: each replica is a whole server whose ModelRunner has dp_size 1 (sglang
+    # 0.5.9 model_runner.py: "self.dp_size = server_args.dp_size if server_args.enable_dp_attention else 1"), so
+    # --max-running-requests 2 gives it 2 slots, not 2 // 2
+    reqs = [req(f"r{i}", 0.0, 50, 20) for i in range(5)]
+    res = run(reqs, max_running_requests=2, dp_size=2)
+    assert res.server.max_running == 2
+    assert max(s.num_running for s in res.steps) == 2
+
+
 def test_cuda_graph_padding_and_eager_above_max() -> None:
     reqs = [req(f"r{i}", 0.0, 20, 5) for i in range(5)]
     graph = run(reqs)

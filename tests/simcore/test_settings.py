@@ -71,6 +71,14 @@ def test_settings_are_frozen_and_strict() -> None:
         ServerSettings(schedule_policy="sjf")
 
 
+def test_dp_attention_ranks_are_model_runners_dp_size() -> None:
+    # sglang 0.5.9 model_runner.py: "self.dp_size = server_args.dp_size if server_args.enable_dp_attention else 1";
+    # and server_args.py _handle_data_parallelism turns DP attention off at dp_size 1
+    assert ServerSettings(tp_size=8, dp_size=4, enable_dp_attention=True).dp_attention_ranks == 4
+    assert ServerSettings(tp_size=8, dp_size=4).dp_attention_ranks == 1  # plain DP: whole servers, one rank each
+    assert ServerSettings(tp_size=8, enable_dp_attention=True).dp_attention_ranks == 1
+
+
 def test_inconsistent_flags_name_the_field() -> None:
     with pytest.raises(UserError, match="^chunked_prefill_size"):
         ServerSettings(page_size=64, chunked_prefill_size=32)
@@ -117,3 +125,28 @@ def test_resolve_fills_gpu_defaults_and_is_idempotent() -> None:
     assert t.chunked_prefill_size == -1 and not t.chunking_enabled and t.cuda_graph_max_bs == 48
     u = resolve(ServerSettings(disable_cuda_graph_padding=True, cuda_graph_max_bs=10), H100)
     assert u.cuda_graph_bs == tuple(range(1, 11))
+
+
+@pytest.mark.parametrize("version,mem,tp,chunk,max_bs,top_sizes", [
+    # sglang-0.5.1.post1 / 0.5.2 srt/server_args.py ServerArgs.__post_init__: chunked_prefill_size 2048 under
+    # 35 * 1024 MiB, 8192 under 160 * 1024 MiB; cuda_graph_max_bs only set under 35 * 1024 MiB (8 below TP4, else
+    # 80); srt/model_executor/cuda_graph_runner.py get_batch_sizes_to_capture: [1, 2, 4, 8] + range(16, 161, 8),
+    # + range(160, 257, 8) above 90 * 1024 MiB, used whole when cuda_graph_max_bs is None
+    ("0.5.1.post1", H100, 2, 8192, 160, (144, 152, 160)),
+    ("0.5.1.post1", H100, 8, 8192, 160, (144, 152, 160)),
+    ("0.5.2", H200, 4, 8192, 256, (240, 248, 256)),
+    ("0.5.0", A100_40, 1, 8192, 160, (144, 152, 160)),
+    ("0.5.1.post1", L4, 1, 2048, 8, (2, 4, 8)),
+    ("0.5.1.post1", L4, 4, 2048, 80, (64, 72, 80)),
+    # 0.5.3 (srt/server_args.py _handle_gpu_memory_settings): the per-GPU table and _generate_cuda_graph_batch_sizes
+    ("0.5.3", H100, 2, 8192, 256, (240, 248, 256)),
+    ("0.5.3", H100, 8, 8192, 512, (480, 496, 512)),
+])
+def test_gpu_defaults_up_to_0_5_2_are_0_4s(version: str, mem: int, tp: int, chunk: int, max_bs: int,
+                                           top_sizes: tuple[int, ...]) -> None:
+    s = resolve(ServerSettings(sglang_version=version, tp_size=tp), mem)
+    assert (s.chunked_prefill_size, s.cuda_graph_max_bs) == (chunk, max_bs)
+    assert s.cuda_graph_bs is not None and s.cuda_graph_bs[-3:] == top_sizes
+    # 0.5.1's list has no 12 (a decode batch of 9-12 pads to 16); 0.5.3's has it
+    assert (12 in s.cuda_graph_bs) == (version == "0.5.3")
+    assert s.family == "0.5"  # only the GPU defaults follow 0.4; the scheduler rules stay 0.5's

@@ -51,6 +51,9 @@ def test_inferencex_file_is_the_build_output_and_its_rules_hold(repo_dir, valida
         # tokens the client counted (client_tokenizer_inflation.py); B200 (0.5.9, transformers 4.57.1) as counted
         factor = {"1024": "5.16", "8192": "5.18"}[r["isl"]] if r["gpu"] == "b300_sxm" else ""
         assert r["server_tokens_per_prompt_token"] == factor
+        # the server's tokenizer manager encodes each text prompt (validation/tokenizer_cost.py, B200 text only)
+        us = {"1024": "7.26", "8192": "5.93"}[r["isl"]] if r["gpu"] == "b200_sxm" else ""
+        assert r["server_tokenize_us_per_token"] == us
 
 
 def test_the_token_factor_column_is_checked_and_read(tmp_path) -> None:

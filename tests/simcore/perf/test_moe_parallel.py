@@ -77,6 +77,23 @@ def test_multinode_allreduce_is_hierarchical() -> None:
     assert costs.allreduce_s(msg, 8, True) == intra
 
 
+def test_dp_attention_narrows_the_step_allreduce_but_not_the_tp_group_one() -> None:
+    # TP16 over two b200 nodes with DP attention 16: the all-reduce after the attention runs inside each rank's
+    # attention TP group (tp / dp = 1 GPU: nothing to reduce, the base cost at 1 GPU), while the DP gather /
+    # scatter (simcore/dp_attention.py) spans the whole TP group: NCCL's hierarchical all-reduce over 2 nodes
+    g = load_gpu("b200_sxm")
+    prof = default_profile()
+    base = TableCosts(load_tables("b200_sxm"), RooflineCosts(g, dict(prof.roofline)))
+    lay = ParallelLayout(tp_size=16, dp_size=16, enable_dp_attention=True)
+    costs = ParallelCosts(base, lay, g, load_model("deepseek-ai/DeepSeek-V3"))
+    msg = 2**20
+    assert costs.allreduce_s(msg, 16, True) == base.allreduce_s(msg, 1, True)
+    hand = 131072 / (1.0e11 * prof.roofline["comm_eff"]) + 2 * INTER_NODE_HOP_S
+    assert costs.tp_allreduce_s(msg, 16, True) == pytest.approx(base.allreduce_s(msg, 8, True) + hand, rel=1e-9)
+    assert costs.tp_allreduce_s(msg, 8, False) == base.allreduce_s(msg, 8, False)  # one node: the measured one
+    assert costs.tp_allreduce_s(msg, 16, True) > 10 * costs.allreduce_s(msg, 16, True)
+
+
 def test_op_dtypes_per_precision() -> None:
     ds = load_model("deepseek-ai/DeepSeek-V3")  # ships fp8_block (128×128 block scales)
     qwen = load_model("Qwen/Qwen3-32B")

@@ -77,3 +77,15 @@ def test_server_info_json_and_the_copy_inside_a_bench_result():
     run = {"backend": "sglang", "completed": 1, "duration": 1.0, "mean_ttft_ms": 5.0, "server_info": info}
     kinds = [e.kind for e in decode_record(json.dumps(run).encode()).events]
     assert kinds == ["benchmark_summary", "server_config"]
+
+
+def test_server_info_speculative_sizes_only_with_an_algorithm():
+    # /server_info lists every server argument, the speculative sizes with their defaults while speculation is
+    # off (sglang 0.5.9 server_args.py: speculative_num_steps etc. None or defaults, speculative_algorithm None)
+    info = {"model_path": "Qwen/Qwen3-32B", "tp_size": 2, "speculative_algorithm": None, "speculative_num_steps": 5,
+            "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8}
+    (cfg,) = decode_record(json.dumps(info).encode(), key=b"i1").events
+    assert (cfg.speculative_algorithm, cfg.speculative_num_steps, cfg.speculative_num_draft_tokens) == (None, None,
+                                                                                                       None)
+    (cfg,) = decode_record(json.dumps({**info, "speculative_algorithm": "EAGLE"}).encode(), key=b"i1").events
+    assert (cfg.speculative_algorithm, cfg.speculative_num_steps, cfg.speculative_eagle_topk) == ("EAGLE", 5, 4)

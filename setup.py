@@ -1,0 +1,66 @@
+"""Build of shadowsim's optional compiled modules (Cython 3, pure-Python mode; the rest is in pyproject.toml).
+
+The modules in :data:`NATIVE_MODULES` are compiled from their own ``.py`` sources (the ``.py`` stays the single
+source; an optional ``.pxd`` beside it declares C types for its hottest classes). Each extension is optional: a
+machine without a C compiler, or without Cython, installs pure Python, and the package imports the ``.py``
+files (``simcore/_native.py``: ``SHADOWSIM_PURE_PYTHON=1`` forces that; a compiled module older than its source
+is not used). ``make venv`` (``pip install -e .``) builds them in place; after editing one of these sources,
+``make native`` (``python setup.py build_ext --inplace``) rebuilds them. docs/architecture.md (Speed) has the
+figures.
+"""
+from __future__ import annotations
+
+import os
+
+from setuptools import setup
+
+# The one list of compiled modules (dotted names; the source is the module's .py). Add a module here only where a
+# benchmark shows it pays (python benchmarks/bench_loop.py 3 --against main), with identical results.
+NATIVE_MODULES: tuple[str, ...] = (
+    "simcore.radix_cache",
+    "simcore.kv_cache",
+    "simcore.scheduler",
+    "simcore.server_state",
+    "simcore.server_results",
+    "simcore.decode_run",
+    "simcore.server",
+    "simcore.perf.step",
+)
+
+# How Cython compiles them: Python semantics everywhere (annotations are not C types, division and indexing as in
+# Python), so the compiled module computes exactly what the .py does; only the .pxd declarations add C types.
+CYTHON_DIRECTIVES = {
+    "language_level": 3,
+    "annotation_typing": False,
+    "binding": True,
+    "embedsignature": False,
+    "cdivision": False,
+    "boundscheck": True,
+    "wraparound": True,
+    "initializedcheck": True,
+    "always_allow_keywords": True,
+    "profile": False,
+}
+# no fused multiply-add or fast-math: every float operation rounds as CPython's does
+C_FLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math"]
+
+
+def _extensions() -> list:
+    if os.environ.get("SHADOWSIM_PURE_PYTHON") == "1":
+        return []  # pure-Python install asked for
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        print("setup.py: Cython not installed; shadowsim installs as pure Python")
+        return []
+    from setuptools import Extension
+
+    exts = [Extension(name, [name.replace(".", "/") + ".py"], extra_compile_args=C_FLAGS) for name in NATIVE_MODULES]
+    exts = cythonize(exts, compiler_directives=CYTHON_DIRECTIVES, quiet=True)
+    for ext in exts:
+        ext.optional = True  # no C compiler: a warning, and that module stays pure Python (cythonize drops the flag)
+    return exts
+
+
+if __name__ == "__main__":
+    setup(ext_modules=_extensions())
