@@ -27,6 +27,6 @@ cdef class DecodeStepTimes:
 cpdef tuple plan_run(DecodeStepTimes times, long rows, object graph_bs, long sum_kv0, long limit, double t,
                      double gpu_free, double bound, bint overlap)
 
-@cython.locals(n=Py_ssize_t, m=Py_ssize_t, j=Py_ssize_t, e=double, c=double, e0=double, c1=double, gaps=list)
+@cython.locals(n=Py_ssize_t, m=Py_ssize_t, e=double, c=double, gaps=list)
 cpdef tuple decode_gaps(list ends, list cpu, bint overlap, double floor, double last, double detokenize_s,
                         bint vectorize=*)
