@@ -3,6 +3,8 @@
 # same IEEE operations, in the same order, as CPython's floats: + − × ÷ round alike; an int ÷ int below 2**53 is
 # the same correctly rounded quotient).
 import cython
+from simcore.kv_cache cimport KVCache
+from simcore.server_state cimport Batch, Req
 
 cdef class DecodeStepTimes:
     cdef public object latency

@@ -29,8 +29,12 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import deque
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+try:
+    import cython  # compiled (setup.py NATIVE_MODULES): Cython's directives; interpreted: no-ops
+except ImportError:  # no Cython installed
+    from simcore import _pure_cython as cython
 import simpy
 
 from simcore import server_snapshot as _snap
@@ -39,6 +43,7 @@ from simcore.errors import SimulatedServerFailure
 from simcore.kv_cache import KVCache
 from simcore.memory import max_running_requests as _derive_max_running
 from simcore.perf.base import BatchShape, LatencyModel, has_pure_step_time
+from simcore.radix_cache import RadixCache, TreeNode
 from simcore.request import RequestSpec
 from simcore.results import RequestRecord, StepRecord
 from simcore.rng import LazyGenerator
@@ -47,7 +52,9 @@ from simcore.scheduler import (AddResult, NewTokenRatio, PrefillAdder, order_wai
 from simcore.server_results import ResultProcessor
 from simcore.server_state import Batch, Req, ReservationSum
 from simcore.settings import ServerSettings, resolve
-from simcore.speculative import SpeculativeDecoding
+
+if TYPE_CHECKING:  # start-up: a plain server never loads speculative decoding (simcore.speculative)
+    from simcore.speculative import SpeculativeDecoding
 
 WAITING_PREFIX_REFRESH_INTERVAL = 32   # §2.4: scheduling passes between two refreshes
 WAITING_PREFIX_REFRESH_MAX_QUEUE = 128  # §2.4: waiting requests touched per refresh
@@ -187,6 +194,7 @@ class Server(ResultProcessor, DecodeRuns):
         self.proc = env.process(self._run()) if _start else None
 
     # ---- public -------------------------------------------------------------------------------------
+    @cython.locals(req=Req)
     def submit(self, spec: RequestSpec, at_s: float | None = None) -> simpy.Event:
         """Queue ``spec``; it reaches the scheduler at ``arrival_s + tokenize_s`` (not before the submission time
         ``at_s``, default ``env.now``), later when the serial tokenizer stage (``tokenizer_s_per_*`` settings) is
@@ -247,6 +255,7 @@ class Server(ResultProcessor, DecodeRuns):
         return next_graph_bs(self.graph_bs, bs)
 
     # ---- the loop -----------------------------------------------------------------------------------
+    @cython.locals(batch=Batch, prev=Batch, req=Req, kv=KVCache, due=Batch)
     def _run(self):  # noqa: C901 - the scheduler loop reads best in one place
         env = self.env
         # first iteration (or the one a restored server resumes with) runs after same-time submits
@@ -350,6 +359,7 @@ class Server(ResultProcessor, DecodeRuns):
         return True
 
     # ---- scheduling (get_next_batch_to_run, §2.2) ---------------------------------------------------
+    @cython.locals(ch=Req, batch=Batch)
     def _schedule(self, t: float) -> Batch | None:
         ch = self.chunked
         if ch is not None:  # stash_chunked_request: the chunk just computed enters the tree, lock moves
@@ -372,6 +382,7 @@ class Server(ResultProcessor, DecodeRuns):
     def _group(self, r: Req) -> int:
         return 1 if (self.family == "0.5.23" and r.ignore_eos) else 0
 
+    @cython.locals(r=Req, tree=RadixCache, node=TreeNode)
     def _match(self, r: Req, t: float, capped: bool = True) -> None:
         """Admission's match (capped at ``len − 1``) or, ``capped=False``, the scheduling pass's (whole fill)."""
         # kv.match (capped at fill − 1) / kv.match_full, without building a MatchResult
@@ -381,6 +392,7 @@ class Server(ResultProcessor, DecodeRuns):
         r.prefix_len = node.end
         r.last_node = node
 
+    @cython.locals(ch=Req, r=Req)  # (kv untyped: its bound methods are passed on)
     def _prefill(self, t: float, zombies: list[Req]) -> Batch | None:
         """``_get_new_batch_prefill_raw`` (§2.3) with the PrefillAdder (§2.5); None when nothing is admitted."""
         s = self.settings
@@ -469,6 +481,7 @@ class Server(ResultProcessor, DecodeRuns):
             preempted.append(v)
         return True
 
+    @cython.locals(kv=KVCache, b=Batch, r=Req)
     def _launch_prefill(self, t: float, adder: PrefillAdder, zombies: list[Req], mixed: bool) -> Batch:
         kv = self.kv
         self.bid += 1
@@ -526,6 +539,7 @@ class Server(ResultProcessor, DecodeRuns):
         b.shape = BatchShape(tuple(ext_lens), tuple(pre_lens), num_dec, sum_kv, (), None)
         return b
 
+    @cython.locals(r=Req, b=Batch)
     def _after_token(self, r: Req, b: Batch) -> None:
         """``r`` just had a token launched in ``b`` (outside the lazy decode set): join the decoding set or start finishing."""
         r.last_bid = b.bid
@@ -546,6 +560,7 @@ class Server(ResultProcessor, DecodeRuns):
         self.seq += 1
         heapq.heappush(self.fin_heap, (r.launches_base + r.output_len - r.out_len_base, self.seq, r.rid, r.ver))
 
+    @cython.locals(r=Req, b=Batch)
     def _to_finishing(self, r: Req, b: Batch) -> None:
         r.state = "finishing"
         r.held = self._ceil(r.input_len + r.out_len_base - 1)
@@ -558,6 +573,7 @@ class Server(ResultProcessor, DecodeRuns):
         if self.overlap and r.eos:
             self.zombies.append(r)  # EOS is only seen after the next batch was built (§2.1)
 
+    @cython.locals(r=Req)
     def _leave_r(self, r: Req) -> None:
         self.res.remove(r)
         out = r.out_len
@@ -576,6 +592,7 @@ class Server(ResultProcessor, DecodeRuns):
         n += sum(1 for z in zombies if (z.input_len + z.out_len_base - 1) % p == 0)
         return n * p
 
+    @cython.locals(b=Batch, kv=KVCache, z=Req)
     def _launch_decode_rows(self, b: Batch, zombies: list[Req], need: int) -> tuple[int, int]:
         """Allocate and launch one decode row per running request (+ EOS zombie rows). Returns (rows, Σkv)."""
         kv = self.kv
@@ -603,6 +620,7 @@ class Server(ResultProcessor, DecodeRuns):
         self._pop_finishers(b)
         return nrows, sum_kv
 
+    @cython.locals(b=Batch, r=Req)
     def _pop_finishers(self, b: Batch) -> None:
         """Requests whose last token decode batch ``b`` (just launched, ``launch_counter`` already advanced) computes."""
         G = self.launch_counter[0]
@@ -616,6 +634,7 @@ class Server(ResultProcessor, DecodeRuns):
             r.last_bid = b.bid
             self._to_finishing(r, b)
 
+    @cython.locals(kv=KVCache, b=Batch, r=Req)
     def _decode(self, t: float, zombies: list[Req]) -> Batch | None:
         """``update_running_batch`` (§2.7): memory check, retraction, ratio update, one token per request."""
         kv = self.kv

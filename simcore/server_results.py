@@ -5,6 +5,11 @@ scheduling loop and the result side each read on their own.
 """
 from __future__ import annotations
 
+try:
+    import cython  # compiled (setup.py NATIVE_MODULES): Cython's directives; interpreted: no-ops
+except ImportError:  # no Cython installed
+    from simcore import _pure_cython as cython
+from simcore.kv_cache import KVCache
 from simcore.results import RequestRecord
 from simcore.server_state import Batch, Req
 
@@ -16,6 +21,7 @@ class ResultProcessor:
     ``res``, ``itl_vals``/``itl_w``, ``last_decode_apply(_g)``, ``detokenize_s``, ``on_finish``, ``env``.
     """
 
+    @cython.locals(b=Batch, r=Req, kv=KVCache)
     def _apply(self, b: Batch, t: float) -> None:
         # state changes now (t); the client sees the tokens at emit_t, never before earlier batches' tokens
         base = b.emit_s if b.emit_s > self.emit_floor else self.emit_floor
@@ -65,6 +71,7 @@ class ResultProcessor:
         self.itl_vals.append(v)
         self.itl_w.append(w)
 
+    @cython.locals(r=Req)
     def _finish(self, r: Req, t: float, aborted: bool) -> None:
         r.state = "done"
         first = r.first_token_s if r.first_token_s is not None else t
@@ -98,6 +105,7 @@ class ResultProcessor:
         if ev is not None and not ev.triggered:
             ev.succeed(rec)
 
+    @cython.locals(r=Req)
     def _abort(self, r: Req, t: float) -> None:
         """A request that cannot fit even alone ("Out of memory even after retracting")."""
         if r.node is not None:
