@@ -5,7 +5,6 @@ sequence of :class:`RequestSpec`, which is replayed at the recorded arrival time
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 import simpy
@@ -22,19 +21,26 @@ class Workload(Protocol):
     def start(self, env: simpy.Environment, server: Any) -> Any: ...
 
 
-@dataclass
 class SimResult:
-    """Everything a run produced. ``records`` are in finish order; ``wall_time_s`` is filled by the caller."""
+    """Everything a run produced. ``records`` are in finish order; ``wall_time_s`` is filled by the caller.
+    (A plain class, not a dataclass: start-up, simcore/values.py.)"""
 
-    records: list[RequestRecord]
-    steps: int
-    sim_time_s: float
-    kv_peak_usage: float
-    num_retractions: int
-    itl_values_s: list[float] = field(default_factory=list)
-    itl_weights: list[int] = field(default_factory=list)
-    wall_time_s: float = 0.0
-    unfinished: int = 0
+    def __init__(self, records: list[RequestRecord], steps: int, sim_time_s: float, kv_peak_usage: float,
+                 num_retractions: int, itl_values_s: list[float] | None = None, itl_weights: list[int] | None = None,
+                 wall_time_s: float = 0.0, unfinished: int = 0) -> None:
+        self.records = records
+        self.steps = steps
+        self.sim_time_s = sim_time_s
+        self.kv_peak_usage = kv_peak_usage
+        self.num_retractions = num_retractions
+        self.itl_values_s = itl_values_s if itl_values_s is not None else []
+        self.itl_weights = itl_weights if itl_weights is not None else []
+        self.wall_time_s = wall_time_s
+        self.unfinished = unfinished
+
+    def __repr__(self) -> str:
+        return (f"SimResult({len(self.records)} records, steps={self.steps}, sim_time_s={self.sim_time_s}, "
+                f"num_retractions={self.num_retractions}, unfinished={self.unfinished})")
 
     def summary(self) -> dict[str, Any]:
         """The ``shadowsim predict --json`` summary."""

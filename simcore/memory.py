@@ -16,11 +16,11 @@ Units: bytes for memory, tokens for the pool. ``GiB = 2**30``; ``MiB = 2**20``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simcore.errors import UserError
 from simcore.settings import ServerSettings, VersionFamily, _version_tuple, resolve, version_family
+from simcore.values import FrozenValue
 
 if TYPE_CHECKING:  # the catalogues are only needed by size_kv_pool
     from simcore.gpus import GpuSpec
@@ -209,10 +209,13 @@ def hybrid_swa_pool_tokens(max_total_num_tokens: int, full_layers: int, swa_laye
     return align(full), align(swa)
 
 
-@dataclass(frozen=True, slots=True)
-class KVPoolSizing:
+class KVPoolSizing(FrozenValue):
     """The outcome of sizing one server's KV pool (per TP rank; all ranks hold the same token count)."""
 
+    __slots__ = ("mem_fraction_static", "max_total_num_tokens", "max_running_requests", "cell_bytes_per_token",
+                 "weight_bytes_per_rank", "context_len", "swa_max_total_num_tokens", "full_cell_bytes",
+                 "swa_cell_bytes")
+    _defaults = {"swa_max_total_num_tokens": None, "full_cell_bytes": 0.0, "swa_cell_bytes": 0.0}
     mem_fraction_static: float
     max_total_num_tokens: int
     max_running_requests: int
@@ -220,10 +223,10 @@ class KVPoolSizing:
     weight_bytes_per_rank: int
     context_len: int
     # hybrid sliding-window pool (uses_hybrid_swa_pool): tokens of the SWA layers' own pool; None without one
-    swa_max_total_num_tokens: int | None = None
+    swa_max_total_num_tokens: int | None
 
-    full_cell_bytes: float = 0.0  # hybrid pool only: bytes per token of the full-attention layers together
-    swa_cell_bytes: float = 0.0  # hybrid pool only: bytes per token of the sliding-window layers together
+    full_cell_bytes: float  # hybrid pool only: bytes per token of the full-attention layers together
+    swa_cell_bytes: float  # hybrid pool only: bytes per token of the sliding-window layers together
 
     @property
     def kv_pool_bytes(self) -> float:

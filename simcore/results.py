@@ -5,7 +5,7 @@ Units: seconds in records (``*_s``), milliseconds in the summary's latency objec
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 
@@ -85,17 +85,18 @@ def _stats_ms(values: Sequence[float], weights: Sequence[float] | None = None) -
     return {"mean": float((v * w).sum() / total), "p50": q(50), "p90": q(90), "p99": q(99)}
 
 
-@dataclass
 class Summary:
-    """Inputs of :func:`summarize` beyond the records."""
+    """Inputs of :func:`summarize` beyond the records (a plain class: start-up, simcore/values.py)."""
 
-    sim_time_s: float
-    wall_time_s: float
-    kv_peak_usage: float
-    num_retractions: int
-    itl_values_s: Sequence[float] = field(default_factory=list)
-    itl_weights: Sequence[float] = field(default_factory=list)
-    steps: int = 0
+    def __init__(self, sim_time_s: float, wall_time_s: float, kv_peak_usage: float, num_retractions: int,
+                 itl_values_s: Sequence[float] = (), itl_weights: Sequence[float] = (), steps: int = 0) -> None:
+        self.sim_time_s = sim_time_s
+        self.wall_time_s = wall_time_s
+        self.kv_peak_usage = kv_peak_usage
+        self.num_retractions = num_retractions
+        self.itl_values_s = itl_values_s
+        self.itl_weights = itl_weights
+        self.steps = steps
 
 
 def summarize(records: Sequence[RequestRecord], info: Summary) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import deque
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 try:
     import cython  # compiled (setup.py NATIVE_MODULES): Cython's directives; interpreted: no-ops
@@ -52,7 +52,9 @@ from simcore.scheduler import (AddResult, NewTokenRatio, PrefillAdder, order_wai
 from simcore.server_results import ResultProcessor
 from simcore.server_state import Batch, Req, ReservationSum
 from simcore.settings import ServerSettings, resolve
-from simcore.speculative import SpeculativeDecoding
+
+if TYPE_CHECKING:  # start-up: a plain server never loads speculative decoding (simcore.speculative)
+    from simcore.speculative import SpeculativeDecoding
 
 WAITING_PREFIX_REFRESH_INTERVAL = 32   # §2.4: scheduling passes between two refreshes
 WAITING_PREFIX_REFRESH_MAX_QUEUE = 128  # §2.4: waiting requests touched per refresh

@@ -11,13 +11,13 @@ Also here: :func:`prefix_reuse_ceiling`, the best cache hit rate any cache could
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Protocol, Sequence, Union
 
 import simpy
 
 from simcore.errors import UserError
 from simcore.request import RequestSpec
+from simcore.values import FrozenValue
 
 if TYPE_CHECKING:
     import numpy as np
@@ -28,10 +28,10 @@ class Server(Protocol):
 
 
 # ---- length distributions ------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Uniform:
+class Uniform(FrozenValue):
     """Integers uniform in ``[low, high]`` (both inclusive)."""
 
+    __slots__ = ("low", "high")
     low: int
     high: int
 
@@ -43,10 +43,10 @@ class Uniform:
         return [int(x) for x in rng.integers(self.low, self.high + 1, size=n)]
 
 
-@dataclass(frozen=True, slots=True)
-class Empirical:
+class Empirical(FrozenValue):
     """Draw with replacement from observed values (e.g. a trace's lengths)."""
 
+    __slots__ = ("values",)
     values: tuple[int, ...]
 
     def __post_init__(self) -> None:
@@ -76,11 +76,15 @@ def _draw(spec: Lengths, rng: np.random.Generator, n: int) -> list[int]:
     return spec.sample(rng, n)
 
 
-@dataclass(frozen=True, slots=True)
 class _Template:
-    input_len: int
-    output_len: int
-    key: tuple[int, ...] | None
+    """One synthetic request's drawn lengths and key (a plain class: start-up, see perf/shapes.py `_Frozen`)."""
+
+    __slots__ = ("input_len", "output_len", "key")
+
+    def __init__(self, input_len: int, output_len: int, key: tuple[int, ...] | None) -> None:
+        self.input_len = input_len
+        self.output_len = output_len
+        self.key = key
 
 
 def _templates(num_requests: int, input_len: Lengths, output_len: Lengths, seed: int,

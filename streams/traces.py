@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Literal
 
 from simcore.errors import UserError
 from simcore.request import RequestSpec
+from simcore.values import FrozenValue
 
 TraceFormat = Literal["mooncake", "azure", "sharegpt", "native"]
 FORMATS: tuple[str, ...] = ("mooncake", "azure", "sharegpt", "native")
@@ -35,10 +35,10 @@ MOONCAKE_BLOCK_TOKENS = 512
 AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
-@dataclass(frozen=True, slots=True)
-class TraceIssue:
+class TraceIssue(FrozenValue):
     """One skipped line: where, which field, and what is wrong / what to do."""
 
+    __slots__ = ("line_no", "field", "message")
     line_no: int
     field: str
     message: str
@@ -47,14 +47,22 @@ class TraceIssue:
         return f"line {self.line_no}: {self.field}: {self.message}"
 
 
-@dataclass(slots=True)
 class TraceResult:
-    """What a read produced: requests in arrival order, the issues, the detected format."""
+    """What a read produced: requests in arrival order, the issues, the detected format (a plain class: start-up,
+    simcore/values.py)."""
 
-    format: str
-    requests: list[RequestSpec] = field(default_factory=list)
-    issues: list[TraceIssue] = field(default_factory=list)
-    lines: int = 0
+    __slots__ = ("format", "requests", "issues", "lines")
+
+    def __init__(self, format: str, requests: list[RequestSpec] | None = None,  # noqa: A002 - the field's name
+                 issues: list[TraceIssue] | None = None, lines: int = 0) -> None:
+        self.format = format
+        self.requests: list[RequestSpec] = requests if requests is not None else []
+        self.issues: list[TraceIssue] = issues if issues is not None else []
+        self.lines = lines
+
+    def __repr__(self) -> str:
+        return (f"TraceResult(format={self.format!r}, {len(self.requests)} requests, issues={self.issues!r}, "
+                f"lines={self.lines})")
 
 
 class TraceLineError(ValueError):

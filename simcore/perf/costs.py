@@ -10,8 +10,6 @@ All results are seconds per call for one rank; curves are memoized per shape so 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from simcore.gpus import GpuSpec
 from simcore.perf.interp import Curve
 from simcore.perf.tables import GpuTables
@@ -37,13 +35,13 @@ _DT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "int8": 1.0
              "mxfp4": 0.53125}
 
 
-@dataclass
 class RooflineCosts:
     """Analytic per-op cost: max(FLOPs / (peak·eff), bytes / (bandwidth·eff)) + floor."""
 
-    gpu: GpuSpec
-    eff: dict[str, float]
-    _gemm: dict[tuple[int, int, str], Curve] = field(default_factory=dict)
+    def __init__(self, gpu: GpuSpec, eff: dict[str, float]) -> None:
+        self.gpu = gpu
+        self.eff = eff
+        self._gemm: dict[tuple[int, int, str], Curve] = {}
 
     def p(self, key: str) -> float:
         return self.eff.get(key, DEFAULT_ROOFLINE[key])
@@ -126,17 +124,17 @@ class RooflineCosts:
         return byts / (self.gpu.hbm_bytes_per_s * self.p("mem_eff")) + kernels * self.p("kernel_floor_s")
 
 
-@dataclass
 class TableCosts:
     """Measured-table costs with roofline fallback. ``tables`` is one GPU's `GpuTables`."""
 
-    tables: GpuTables
-    roof: RooflineCosts
-    _gemm: dict[tuple[int, int, str], Curve] = field(default_factory=dict)
-    _ctx: dict[tuple[int, int, int, str], Curve | None] = field(default_factory=dict)
-    _gen: dict[tuple[int, int, int, str], Curve | None] = field(default_factory=dict)
-    _mctx: dict[tuple[int, int, int, str], Curve | None] = field(default_factory=dict)
-    _mgen: dict[tuple[int, int, int, str], Curve | None] = field(default_factory=dict)
+    def __init__(self, tables: GpuTables, roof: RooflineCosts) -> None:
+        self.tables = tables
+        self.roof = roof
+        self._gemm: dict[tuple[int, int, str], Curve] = {}
+        self._ctx: dict[tuple[int, int, int, str], Curve | None] = {}
+        self._gen: dict[tuple[int, int, int, str], Curve | None] = {}
+        self._mctx: dict[tuple[int, int, int, str], Curve | None] = {}
+        self._mgen: dict[tuple[int, int, int, str], Curve | None] = {}
 
     def gemm_curve(self, n: int, k: int, dtype: str) -> Curve:
         key = (n, k, dtype)

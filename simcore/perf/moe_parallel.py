@@ -33,11 +33,11 @@ measured) and keeps attention projections in bf16; ``fp8`` on a block-quantized 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from simcore.errors import UserError
 from simcore.perf.interp import Curve
+from simcore.values import FrozenValue
 
 if TYPE_CHECKING:
     import numpy as np
@@ -52,17 +52,20 @@ Routing = Literal["power_law", "balanced"]
 A2A_BACKENDS = ("none", "deepep")
 
 
-@dataclass(frozen=True)
-class ParallelLayout:
+class ParallelLayout(FrozenValue):
     """One server's split over GPUs (SGLang's flag names). ``gpus_per_node``: the GPU's NVLink domain."""
 
-    tp_size: int = 1
-    ep_size: int = 1
-    dp_size: int = 1
-    enable_dp_attention: bool = False
-    moe_a2a_backend: str = "none"
-    gpus_per_node: int = 8
-    routing: Routing = "power_law"
+    __slots__ = ("tp_size", "ep_size", "dp_size", "enable_dp_attention", "moe_a2a_backend", "gpus_per_node",
+                 "routing")
+    _defaults = {"tp_size": 1, "ep_size": 1, "dp_size": 1, "enable_dp_attention": False, "moe_a2a_backend": "none",
+                 "gpus_per_node": 8, "routing": "power_law"}
+    tp_size: int
+    ep_size: int
+    dp_size: int
+    enable_dp_attention: bool
+    moe_a2a_backend: str
+    gpus_per_node: int
+    routing: Routing
 
     def __post_init__(self) -> None:
         if self.moe_a2a_backend not in A2A_BACKENDS:
@@ -109,10 +112,10 @@ class ParallelLayout:
             and not self.enable_dp_attention
 
 
-@dataclass(frozen=True)
-class OpDtypes:
+class OpDtypes(FrozenValue):
     """GEMM dtype (a table key of `simcore.perf.tables.DTYPE_CODES`) per op class."""
 
+    __slots__ = ("attention", "mlp", "moe")
     attention: str
     mlp: str
     moe: str
@@ -130,15 +133,15 @@ def op_dtypes(precision: str, model: "ModelSpec | None" = None) -> OpDtypes:
     return OpDtypes(gdt, gdt, gdt)
 
 
-@dataclass
 class DeepEpTable:
     """DeepEP dispatch + combine latency (ms per layer call) by tokens per rank, for one expert configuration.
 
     Columns of ``tables/<gpu>/deepep.npz``: ``normal`` (0 = low-latency kernels, 1 = normal kernels), ``hidden``,
     ``tokens``, ``topk``, ``experts``, ``dispatch_ms``, ``combine_ms`` (aiconfigurator's one-node DeepEP tables)."""
 
-    cols: dict[str, np.ndarray]
-    _curves: dict[tuple[int, int, int, int], Curve | None] = field(default_factory=dict)
+    def __init__(self, cols: dict[str, np.ndarray]) -> None:
+        self.cols = cols
+        self._curves: dict[tuple[int, int, int, int], Curve | None] = {}
 
     def curve(self, *, normal: bool, hidden: int, topk: int, experts: int) -> Curve | None:
         key = (int(normal), hidden, topk, experts)

@@ -7,23 +7,27 @@ tensor-parallel (each expert's intermediate size / tp) unless expert parallelism
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from simcore.models.spec import ModelSpec
+from simcore.values import FrozenValue
 
 
-@dataclass(frozen=True, slots=True)
-class GemmShape:
+class GemmShape(FrozenValue):
     """One linear layer on one rank: ``n`` output features, ``k`` input features (m = tokens, at call time)."""
 
+    __slots__ = ("name", "n", "k")
     name: str
     n: int
     k: int
 
 
-@dataclass(frozen=True, slots=True)
-class RankShapes:
-    """Everything the step model needs about one rank's share of the model."""
+class RankShapes(FrozenValue):
+    """Everything the step model needs about one rank's share of the model (a `FrozenValue`: built once per
+    latency model)."""
+
+    __slots__ = ("num_layers", "num_dense_layers", "num_moe_layers", "hidden", "q_heads", "kv_heads", "head_dim",
+                 "attn_gemms", "dense_mlp_gemms", "shared_expert_gemms", "lm_head", "moe_inter", "num_experts",
+                 "top_k", "is_mla", "mla_kv_dim", "mla_v_dim", "mla_kv_b", "mla_qk_head_dim", "qk_norm", "tp",
+                 "elementwise_bytes_per_token")
 
     num_layers: int
     num_dense_layers: int  # layers with a dense MLP (all of them for dense models)

@@ -22,7 +22,6 @@ import os
 import pickle
 import zlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -71,12 +70,12 @@ def _median3_along_first_axis(logv: np.ndarray) -> np.ndarray:
     return out
 
 
-@dataclass
 class GemmTable:
     """GEMM latency for one dtype over a (m, n, k) grid."""
 
-    grid: LogGrid
-    _curves: dict[tuple[int, int], Curve] = field(default_factory=dict)
+    def __init__(self, grid: LogGrid) -> None:
+        self.grid = grid
+        self._curves: dict[tuple[int, int], Curve] = {}
 
     @classmethod
     def from_columns(cls, cols: dict[str, np.ndarray], smooth: bool = True) -> GemmTable:
@@ -97,13 +96,13 @@ class GemmTable:
         return self.curve(n, k)(m)
 
 
-@dataclass
 class AttentionTable:
     """Context or generation attention latency over (batch, length) for each (q heads, kv heads) pair."""
 
-    grids: dict[tuple[int, int], LogGrid]
-    _cache: dict[tuple[int, int], LogGrid] = field(default_factory=dict)
-    _curves: dict[tuple[int, int, int], Curve] = field(default_factory=dict)
+    def __init__(self, grids: dict[tuple[int, int], LogGrid]) -> None:
+        self.grids = grids
+        self._cache: dict[tuple[int, int], LogGrid] = {}
+        self._curves: dict[tuple[int, int, int], Curve] = {}
 
     @classmethod
     def from_columns(cls, cols: dict[str, np.ndarray], length: np.ndarray) -> AttentionTable:
@@ -154,11 +153,11 @@ class AttentionTable:
         return self.grid_for(heads, kv_heads).at([float(batch), float(length)])
 
 
-@dataclass
 class AllReduceTable:
     """SGLang custom all-reduce latency by message size, per (CUDA graph?, number of GPUs)."""
 
-    curves: dict[tuple[bool, int], Curve]
+    def __init__(self, curves: dict[tuple[bool, int], Curve]) -> None:
+        self.curves = curves
 
     @classmethod
     def from_columns(cls, cols: dict[str, np.ndarray]) -> AllReduceTable:
@@ -176,12 +175,12 @@ class AllReduceTable:
         return None if c is None else c(message_bytes)
 
 
-@dataclass
 class MoeTable:
     """Fused-MoE latency by token count, for exactly measured expert configurations."""
 
-    cols: dict[str, np.ndarray]
-    _curves: dict[tuple[Any, ...], Curve | None] = field(default_factory=dict)
+    def __init__(self, cols: dict[str, np.ndarray]) -> None:
+        self.cols = cols
+        self._curves: dict[tuple[Any, ...], Curve | None] = {}
 
     # pickled without numpy (start-up): columns as (dtype, bytes), arrays rebuilt on first use of `cols`
     def __getstate__(self) -> dict[str, Any]:
@@ -215,21 +214,24 @@ class MoeTable:
         return out
 
 
-@dataclass
 class GpuTables:
     """All measured tables of one GPU; any member may be None when not measured.
 
     ``digest``: SHA-256 (12 hex digits) over the table files' bytes, part of the latency model's hash."""
 
-    gpu: str
-    gemm: dict[str, GemmTable]
-    context_attention: dict[str, AttentionTable]
-    generation_attention: dict[str, AttentionTable]
-    allreduce: AllReduceTable | None
-    moe: MoeTable | None
-    context_mla: dict[str, AttentionTable] = field(default_factory=dict)
-    generation_mla: dict[str, AttentionTable] = field(default_factory=dict)
-    digest: str = ""
+    def __init__(self, gpu: str, gemm: dict[str, GemmTable], context_attention: dict[str, AttentionTable],
+                 generation_attention: dict[str, AttentionTable], allreduce: AllReduceTable | None,
+                 moe: MoeTable | None, context_mla: dict[str, AttentionTable] | None = None,
+                 generation_mla: dict[str, AttentionTable] | None = None, digest: str = "") -> None:
+        self.gpu = gpu
+        self.gemm = gemm
+        self.context_attention = context_attention
+        self.generation_attention = generation_attention
+        self.allreduce = allreduce
+        self.moe = moe
+        self.context_mla = context_mla if context_mla is not None else {}
+        self.generation_mla = generation_mla if generation_mla is not None else {}
+        self.digest = digest
 
 
 def build_tables(gpu: str, drop: dict[str, Any] | None = None) -> GpuTables | None:

@@ -85,3 +85,54 @@ def test_pure_python_lookup_and_pickle_are_the_numpy_grid_bit_for_bit() -> None:
     assert np.array_equal(back.logv, g.logv, equal_nan=True)  # arrays rebuilt on first access
     assert all(np.array_equal(x, y) for x, y in zip(back.axes, g.axes))
     assert back.curve_along(0, [100.0, 3.0])(5.0) == g.curve_along(0, [100.0, 3.0])(5.0)
+
+
+def _curve_points_by_at(g: LogGrid, axis: int, fixed: list[float]) -> tuple[list[float], list[float]]:
+    """``curve_along`` as it was written: ``at`` at every measured value of the axis."""
+    xs, ys = [], []
+    for x in g._ax[axis]:
+        pt = list(fixed)
+        pt.insert(axis, float(x))
+        y = g.at(pt)
+        if math.isfinite(y):
+            xs.append(x)
+            ys.append(y)
+    return xs, ys
+
+
+def test_curve_along_is_at_bit_for_bit() -> None:
+    """curve_along works out the fixed coordinates once (start-up); its points must be the floats ``at`` gives,
+    on every axis of random 2-d and 3-d grids with holes (NaN corners skipped, weights renormalized), fixed
+    coordinates inside, outside and exactly on the grid, and on the real GEMM and attention tables of an H100
+    at the shapes of the catalogue's models."""
+    import random
+
+    from simcore.perf.tables import build_tables
+
+    rnd = random.Random(11)
+    a, b, c = np.array([1.0, 3.0, 8.0, 40.0]), np.array([16.0, 64.0, 512.0]), np.array([2.0, 7.0])
+    for trial in range(20):
+        vals = np.array([[[x**0.9 * y**1.3 * z * (1 + 0.05 * rnd.random()) for z in c] for y in b] for x in a])
+        for _ in range(trial % 4):
+            vals[rnd.randrange(4), rnd.randrange(3), rnd.randrange(2)] = np.nan
+        for grid in (LogGrid([a, b, c], vals, fill=False), LogGrid([a, b], vals[:, :, 0], fill=False)):
+            ndim = len(grid._ax)
+            for axis in range(ndim):
+                for fixed in ([rnd.uniform(0.5, 60.0) for _ in range(ndim - 1)],
+                              [float(grid._ax[d][rnd.randrange(len(grid._ax[d]))]) for d in range(ndim) if d != axis]):
+                    want = _curve_points_by_at(grid, axis, fixed)
+                    got = grid.curve_along(axis, fixed)
+                    assert (got.lx, got.ly) == (Curve(*want).lx, Curve(*want).ly)
+    tables = build_tables("h100_sxm")
+    assert tables is not None
+    for dtype, t in tables.gemm.items():
+        for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096), (1000, 3000)):
+            want = Curve(*_curve_points_by_at(t.grid, 0, [float(n), float(k)]))
+            got = t.grid.curve_along(0, [float(n), float(k)])
+            assert (got.lx, got.ly) == (want.lx, want.ly), (dtype, n, k)
+    for table in (*tables.context_attention.values(), *tables.generation_attention.values()):
+        for grid in table.grids.values():
+            for batch in (1.0, 3.0, 64.0, 1000.0):
+                want = Curve(*_curve_points_by_at(grid, 1, [batch]))
+                got = grid.curve_along(1, [batch])
+                assert (got.lx, got.ly) == (want.lx, want.ly)

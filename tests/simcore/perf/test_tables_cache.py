@@ -64,7 +64,8 @@ def test_moe_columns_survive_the_cache(cache: Path) -> None:
 def test_a_short_simulation_from_the_cache_imports_no_numpy(tmp_path: Path) -> None:
     """Start-up: with the tables cached, loading them, building the latency model and simulating 100 requests
     (decode runs included) imports no numpy (~0.1 s of CPU); the first process, which builds them, does. Neither
-    imports pydantic (~0.1 s: the settings and specs are simcore.frozen_model records) nor any I/O stack."""
+    imports pydantic (~0.1 s: the settings and specs are simcore.frozen_model records), any I/O stack, nor the
+    speculative-decoding and DP-attention modules a plain server does not use."""
     import subprocess
     import sys
     code = f"""
@@ -81,8 +82,8 @@ lat = build_latency_model(load_model("meta-llama/Llama-3.1-8B-Instruct"), load_g
 reqs = [RequestSpec(f"r{{i}}", 0.05 * i, 1000 + 37 * i, 300 + i, 300 + i) for i in range(100)]
 res = simulate(ServerSettings(), lat, reqs, kv_capacity_tokens=400_000)
 assert len(res.records) == 100 and res.steps > 300, res.steps
-heavy = [m for m in ("pydantic", "pydantic_core", "kafka", "prometheus_client", "scipy", "yaml", "pandas")
-         if m in sys.modules]
+heavy = [m for m in ("pydantic", "pydantic_core", "kafka", "prometheus_client", "scipy", "yaml", "pandas",
+                    "simcore.speculative", "simcore.dp_attention") if m in sys.modules]
 assert not heavy, heavy
 print("numpy" in sys.modules)
 """
