@@ -17,7 +17,6 @@ Run: ``python benchmarks/bench_dp.py [ROUNDS] [--against REV] [--reps N]`` (defa
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -53,62 +52,31 @@ print(json.dumps({"cpu_s": min(times), "steps": summary.get("steps"), "digest": 
 """
 
 
-def _measure(checkout: Path, args: str, reps: int, scratch: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", _CHILD, f"{SERVER} {args}", str(reps), str(scratch)], cwd=checkout,
-                         capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise RuntimeError(f"child in {checkout} failed: {out.stderr.strip()[-1500:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main(argv: list[str] | None = None) -> dict:
-    args = list(argv if argv is not None else sys.argv[1:])
-    against = None
-    reps = 3
-    if "--against" in args:
-        i = args.index("--against")
-        against = args[i + 1]
-        del args[i:i + 2]
-    if "--reps" in args:
-        i = args.index("--reps")
-        reps = int(args[i + 1])
-        del args[i:i + 2]
-    args = [a for a in args if not a.startswith("-")]
-    rounds = int(args[0]) if args else 2
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from benchmarks.against import alternate, compare, options, run_script, sides
+
+    rounds, against, reps = options(list(argv if argv is not None else sys.argv[1:]), rounds=2, reps=3)
     summary: dict = {"bench": "dp", "rounds": rounds, "reps": reps}
     with tempfile.TemporaryDirectory() as tmp:
-        sides = [("this", REPO)]
+        checkouts = sides(REPO, against, tmp)
         if against:
-            rev = subprocess.run(["git", "rev-parse", "--short", against], cwd=REPO, capture_output=True, text=True,
-                                 check=True).stdout.strip()
-            old = Path(tmp) / "old"
-            old.mkdir()
-            tar = subprocess.run(["git", "archive", rev], cwd=REPO, capture_output=True, check=True).stdout
-            subprocess.run(["tar", "-x", "-C", str(old)], input=tar, check=True)
-            sides.append((rev, old))
-            summary["against"] = rev
+            summary["against"] = checkouts[1][0]
+        vs = f", this checkout vs {checkouts[1][0]}" if against else ""
         print(f"shadowsim predict, DeepSeek-V3 on 8x H200, TP8 DP-attention 8 (CPU s of the command, min of {reps} "
-              f"per process), {rounds} alternating rounds" + (f", this checkout vs {sides[1][0]}" if against else ""))
+              f"per process), {rounds} alternating rounds{vs}")
         for case, case_args in CASES:
-            got: dict[str, list[dict]] = {name: [] for name, _ in sides}
-            for k in range(rounds):
-                for name, path in (sides if k % 2 == 0 else sides[::-1]):
-                    got[name].append(_measure(path, case_args, reps, Path(tmp)))
+            got = alternate(checkouts, rounds,  # noqa: B023 - each lambda runs inside this iteration
+                            lambda path: run_script(path, _CHILD, f"{SERVER} {case_args}", str(reps), tmp))
             line = f"  {case:<8}"
-            for name, _ in sides:
+            for name, _ in checkouts:
                 cpu = min(g["cpu_s"] for g in got[name])
                 digests = ",".join(sorted({g["digest"] for g in got[name]}))
                 summary[f"{case}.{name}.cpu_s"] = cpu
                 summary[f"{case}.{name}.digest"] = digests
                 line += f" | {name}: {cpu:.3f} s cpu, {got[name][0]['steps']:,} steps, digest {digests}"
-            if against:
-                this, old_name = sides[0][0], sides[1][0]
-                speedup = summary[f"{case}.{old_name}.cpu_s"] / summary[f"{case}.{this}.cpu_s"]
-                same = summary[f"{case}.{this}.digest"] == summary[f"{case}.{old_name}.digest"]
-                summary[f"{case}.speedup"] = speedup
-                summary[f"{case}.identical_results"] = same
-                line += f" | {speedup:.2f}x, results {'identical' if same else 'DIFFERENT'}"
-            print(line, flush=True)
+            print(line + compare(summary, case, checkouts), flush=True)
     print(json.dumps(summary))
     return summary
 

@@ -21,7 +21,6 @@ Run: ``python benchmarks/bench_loop.py [ROUNDS] [--against REV] [--reps N]`` (de
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -79,52 +78,27 @@ print(json.dumps({"cpu_s": min(times), "cpu_all_s": times, "sim_s": res.sim_time
 CASES = (("whole_trace", 1.0), ("sparse_4x", 4.0))
 
 
-def _measure(checkout: Path, scale: float, reps: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(TRACE), str(scale), str(reps), str(TABLE_CACHE)],
-                         cwd=checkout, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise RuntimeError(f"child in {checkout} failed: {out.stderr.strip()[-1500:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main(argv: list[str] | None = None) -> dict:
-    args = list(argv if argv is not None else sys.argv[1:])
-    against = reps = None
-    if "--against" in args:
-        i = args.index("--against")
-        against = args[i + 1]
-        del args[i:i + 2]
-    if "--reps" in args:
-        i = args.index("--reps")
-        reps = int(args[i + 1])
-        del args[i:i + 2]
-    args = [a for a in args if not a.startswith("-")]
-    rounds = int(args[0]) if args else 3
-    reps = reps or 2
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from benchmarks.against import alternate, compare, options, run_script, sides
+
+    rounds, against, reps = options(list(argv if argv is not None else sys.argv[1:]), rounds=3, reps=2)
     if not TRACE.is_file():
         print(f"  no trace at {TRACE}; skipped")
         return {}
     summary: dict = {"bench": "loop", "rounds": rounds, "reps": reps}
     with tempfile.TemporaryDirectory() as tmp:
-        sides = [("this", REPO)]
+        checkouts = sides(REPO, against, tmp)
         if against:
-            rev = subprocess.run(["git", "rev-parse", "--short", against], cwd=REPO, capture_output=True, text=True,
-                                 check=True).stdout.strip()
-            old = Path(tmp) / "old"
-            old.mkdir()
-            tar = subprocess.run(["git", "archive", rev], cwd=REPO, capture_output=True, check=True).stdout
-            subprocess.run(["tar", "-x", "-C", str(old)], input=tar, check=True)
-            sides.append((rev, old))
-            summary["against"] = rev
+            summary["against"] = checkouts[1][0]
         print(f"simulation loop only (simcore.engine.simulate, min of {reps} per process), Mooncake conversation "
-              f"trace, {rounds} alternating rounds" + (f", this checkout vs {sides[1][0]}" if against else ""))
+              f"trace, {rounds} alternating rounds" + (f", this checkout vs {checkouts[1][0]}" if against else ""))
         for case, scale in CASES:
-            got: dict[str, list[dict]] = {name: [] for name, _ in sides}
-            for k in range(rounds):
-                for name, path in (sides if k % 2 == 0 else sides[::-1]):
-                    got[name].append(_measure(path, scale, reps))
+            got = alternate(checkouts, rounds,  # noqa: B023 - each lambda runs inside this iteration
+                            lambda path: run_script(path, _CHILD, str(TRACE), str(scale), str(reps), str(TABLE_CACHE)))
             line = f"  {case:<12}"
-            for name, _ in sides:
+            for name, _ in checkouts:
                 cpu = [g["cpu_s"] for g in got[name]]
                 med = min(cpu)  # the least disturbed of rounds × reps (other load only ever adds CPU time)
                 sim_s = got[name][0]["sim_s"]
@@ -138,14 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
                 line += (f" | {name}: {med:.3f} s cpu (up to {max(cpu):.3f}), {sim_s / med:,.0f} sim s/cpu s, "
                          f"{got[name][0]['steps']:,} steps, digest {','.join(sorted(digests))}"
                          + (f", peak RSS {max(peaks):.0f} MiB" if peaks else ""))
-            if against:
-                this, old_name = sides[0][0], sides[1][0]
-                speedup = summary[f"{case}.{old_name}.cpu_s"] / summary[f"{case}.{this}.cpu_s"]
-                same = summary[f"{case}.{this}.digest"] == summary[f"{case}.{old_name}.digest"]
-                summary[f"{case}.speedup"] = speedup
-                summary[f"{case}.identical_results"] = same
-                line += f" | {speedup:.2f}x, results {'identical' if same else 'DIFFERENT'}"
-            print(line, flush=True)
+            print(line + compare(summary, case, checkouts), flush=True)
     print(json.dumps(summary))
     return summary
 

@@ -4,9 +4,10 @@ kafka-python (3.0.x) turns every record of a fetched batch into a ``DefaultRecor
 the pure-Python ``decode_varint``), then into a ``ConsumerRecord`` through two deserializer calls and a header
 sum, in a generator per partition (``Fetcher.PartitionRecords._unpack_records``): about a tenth of the consumer's
 CPU per record in the ingest benchmark. ``FastPartitionRecords`` does the same work for the common batch — record
-format v2 (magic 2), uncompressed, no deserializers, ``read_uncommitted`` — in one loop: one-byte varints (every
-field of a log-line record but its length) decoded inline, the rest by kafka-python's own ``decode_varint``, the
-``ConsumerRecord`` built as the tuple it is. Every check of the original stays: the batch CRC (``check_crcs``,
+format v2 (magic 2), uncompressed, no deserializers, ``read_uncommitted`` — in one loop: one- and two-byte
+varints (every field of a log-line record: lengths of a few hundred bytes, time and offset deltas within a batch)
+decoded inline, longer ones by kafka-python's own ``decode_varint``, the ``ConsumerRecord`` built as the tuple it
+is. Every check of the original stays: the batch CRC (``check_crcs``,
 kafka-python's C ``crc32c``), a record whose fields do not add up to its length, a negative header count or key
 size, bytes left after the last record (``CorruptRecordError``, with kafka-python's messages); control batches are
 skipped as the original skips them; every other batch (compressed, legacy formats) and every other configuration
@@ -81,6 +82,10 @@ if _Base is not None:
                             if b < 0x80:
                                 length = (b >> 1) ^ -(b & 1)
                                 pos += 1
+                            elif buf[pos + 1] < 0x80:  # two bytes: decode_varint's arithmetic, written out
+                                b = (b & 0x7f) | (buf[pos + 1] << 7)
+                                length = (b >> 1) ^ -(b & 1)
+                                pos += 2
                             else:
                                 length, pos = varint(buf, pos)
                             start = pos
@@ -93,18 +98,30 @@ if _Base is not None:
                             if b < 0x80:
                                 ts_delta = (b >> 1) ^ -(b & 1)
                                 pos += 1
+                            elif buf[pos + 1] < 0x80:  # two bytes: decode_varint's arithmetic, written out
+                                b = (b & 0x7f) | (buf[pos + 1] << 7)
+                                ts_delta = (b >> 1) ^ -(b & 1)
+                                pos += 2
                             else:
                                 ts_delta, pos = varint(buf, pos)
                             b = buf[pos]
                             if b < 0x80:
                                 offset_delta = (b >> 1) ^ -(b & 1)
                                 pos += 1
+                            elif buf[pos + 1] < 0x80:  # two bytes: decode_varint's arithmetic, written out
+                                b = (b & 0x7f) | (buf[pos + 1] << 7)
+                                offset_delta = (b >> 1) ^ -(b & 1)
+                                pos += 2
                             else:
                                 offset_delta, pos = varint(buf, pos)
                             b = buf[pos]
                             if b < 0x80:
                                 key_len = (b >> 1) ^ -(b & 1)
                                 pos += 1
+                            elif buf[pos + 1] < 0x80:  # two bytes: decode_varint's arithmetic, written out
+                                b = (b & 0x7f) | (buf[pos + 1] << 7)
+                                key_len = (b >> 1) ^ -(b & 1)
+                                pos += 2
                             else:
                                 key_len, pos = varint(buf, pos)
                             if key_len >= 0:
@@ -116,6 +133,10 @@ if _Base is not None:
                             if b < 0x80:
                                 value_len = (b >> 1) ^ -(b & 1)
                                 pos += 1
+                            elif buf[pos + 1] < 0x80:  # two bytes: decode_varint's arithmetic, written out
+                                b = (b & 0x7f) | (buf[pos + 1] << 7)
+                                value_len = (b >> 1) ^ -(b & 1)
+                                pos += 2
                             else:
                                 value_len, pos = varint(buf, pos)
                             if value_len >= 0:

@@ -146,6 +146,40 @@ def _envelope(ctx: ParseContext, ranks: dict[str, int], rank_keys: tuple[str, ..
     return data
 
 
+#: (kind, keys) -> (form regex, plan) of the batch-line forms learned so far (``_shape``), at most ``MAX_SHAPES``
+_SHAPES: dict[tuple[str, tuple[str, ...]], tuple[re.Pattern[str], tuple[tuple[str, int], ...]]] = {}
+MAX_SHAPES = 256
+_STARTS_WITH_SPACE = re.compile(r"\s")  # what ``\s`` matches, as the form's ``\s*`` reads it
+
+
+def _shape(kind: str, items: list[tuple[str, str]], fields: dict[str, str]
+           ) -> tuple[re.Pattern[str], tuple[tuple[str, int], ...]] | None:
+    """The form of a batch line with these ``_ITEM`` items: a regex whose ``fullmatch`` reads the values of every
+    line with the same keys in one match, and the plan (field, group) of the keys ``fields`` knows, in line order.
+
+    Why a line the form matches gives exactly ``_ITEM.findall``'s items: the form is ``\\s*K1: ([^,]*)``, then
+    ``,\\s*Ki: ([^,]*)`` for each further key, then an optional ``,\\s*``, each key written literally. No key holds
+    ``,`` or ``:`` (``_ITEM``'s key class) nor starts with whitespace (checked here). So on such a line ``findall``
+    reads, at each key's start, the same greedy ``\\s*`` (the next character is the key's first, not whitespace), a
+    key running exactly to the ``:`` after it, ``: ``, and a value running to the next comma, where the form's group
+    ends too (its next character is a comma); the next search fails at that comma and starts over after it. After
+    the last value, a comma and whitespace alone give no item (a key needs ``: `` after it). The keys are those of
+    the line it was learned from; at most ``MAX_SHAPES`` forms per process, so hostile lines cannot grow it (beyond
+    it, lines take ``findall``). tests/streams/adapters/test_fast_paths.py compares both on real and fuzzed lines."""
+    if not items:
+        return None
+    keys = tuple(k for k, _ in items)
+    got = _SHAPES.get((kind, keys))
+    if got is not None:
+        return got
+    if len(_SHAPES) >= MAX_SHAPES or any(_STARTS_WITH_SPACE.match(k) for k in keys):
+        return None
+    form = r"\s*" + r",\s*".join(re.escape(k) + ": ([^,]*)" for k in keys) + r"(?:,\s*)?"
+    plan = tuple((fields[k], i) for i, k in enumerate(keys) if k in fields)
+    got = _SHAPES[(kind, keys)] = (re.compile(form), plan)
+    return got
+
+
 #: A batch line is a few hundred characters; the item regex is quadratic in a long run without ", " or ": ", so a
 #: longer body is refused before it is scanned (a 900 KB line took minutes, issue 11).
 MAX_BATCH_BODY_CHARS = 8192
@@ -167,10 +201,24 @@ def _batch(kind: str, body: str, it: str | None, ranks: dict[str, int], ctx: Par
         data.update(ranks)
     if it is not None:
         data["forward_iter"] = it
-    for k, v in _ITEM.findall(body):
-        f = fields.get(k)
-        if f is not None and f not in data:  # "token usage" after "full token usage": keep the first
-            data[f] = v
+    scratch = ctx.scratch
+    # the form of this stream's last line of this kind, when one was learned (_shape; scratch key: the kind)
+    shape = scratch.get(kind)
+    m = shape[0].fullmatch(body) if shape is not None else None
+    if m is not None:  # the same items _ITEM.findall gives (see _shape), read in one match
+        values = m.groups()
+        for f, i in shape[1]:
+            if f not in data:
+                data[f] = values[i]
+    else:
+        items = _ITEM.findall(body)
+        for k, v in items:
+            f = fields.get(k)
+            if f is not None and f not in data:  # "token usage" after "full token usage": keep the first
+                data[f] = v
+        shape = _shape(kind, items, fields)
+        if shape is not None:
+            scratch[kind] = shape
     hit = data.get("cache_hit_rate")
     if hit is not None:  # printed as a percentage ("12.50%") before 0.4.x
         try:

@@ -195,3 +195,75 @@ def test_the_batch_line_fast_path_equals_the_general_path(real_lines: list[str])
         fast_hits[where] += hit
     # both paths taken: the comparison covers the fast path and its refusals
     assert fast_hits["real"] > 200 and 100 < fast_hits["fuzz"] < len(fuzz) / 2, fast_hits
+
+
+class _NoStore(dict):  # type: ignore[type-arg]
+    """A parse context's scratch that keeps nothing: the batch parser never learns a line form (``_shape``)."""
+
+    def __setitem__(self, key: object, value: object) -> None:
+        return None
+
+
+_ODD_VALUES = ["", " ", "1,2", "3:4", "x", "0.5%", "1e3", "  7", "٣", "\u2003", "nan", "-1", "1" * 40, "True",
+               "7 ", "0.81: 2", "1\t", "inf", "12.50%"]
+_ODD_SEPARATORS = [",", ",  ", ", \t", ",\u2003", " ,", ",\x1c", ", ,", ",, "]
+
+
+def _mutate_batch_body(rng: random.Random, body: str) -> str:
+    items = body.rstrip(", ").split(", ")
+    for _ in range(rng.randint(0, 3)):
+        op, i = rng.randrange(9), rng.randrange(len(items))
+        k, _, v = items[i].rpartition(": ")
+        if op <= 2:  # a value the line's form still matches, or one that changes it
+            items[i] = f"{k}: {rng.choice(_ODD_VALUES)}"
+        elif op == 3:
+            del items[i]
+        elif op == 4:
+            items.insert(i, items[i])  # a key twice: the first one is kept
+        elif op == 5:
+            items.insert(i, rng.choice(["new key: 5", "PD-decode: pre-allocated usage: 0.1", "mfu: 0.3"]))
+        elif op == 6:
+            items[i] = rng.choice([" ", "\u2003", "#", ""]) + items[i]  # a key starting with whitespace, ...
+        elif op == 7:
+            j = rng.randrange(len(items))
+            items[i], items[j] = items[j], items[i]
+        else:
+            items[i] = f"{k[:1]}{rng.choice([',', ':', ': ', ' '])}{k[1:]}: {v}"
+    seps = [", " if rng.random() < 0.8 else rng.choice(_ODD_SEPARATORS) for _ in items[1:]]
+    out = items[0] + "".join(s + it for s, it in zip(seps, items[1:]))
+    return rng.choice(["", "", " ", "\t"]) + out + rng.choice(["", ", ", ",", ",  ", " ", ", x", ",\u2003"])
+
+
+def test_learned_batch_line_forms_read_what_findall_reads(real_lines: list[str]) -> None:
+    """A stream's batch lines are read by the form learned from its previous line of that kind (``_shape``: one
+    ``fullmatch`` instead of ``_ITEM.findall``). On every real log line, each file in one parse context, and on
+    seeded mutations of the real batch lines in one context (values that keep or break the form, keys dropped,
+    doubled, swapped, added, or starting with whitespace, other separators and endings), the events or reason and
+    the parse context equal those of a context that never learns a form."""
+    rng = random.Random(23)
+    batch_lines = [x for x in real_lines if sglang_log._BATCH_LINE.match(x)]
+    assert len(batch_lines) > 200
+    fuzz = []
+    for _ in range(30_000):
+        line = rng.choice(batch_lines)
+        m = sglang_log._BATCH_LINE.match(line)
+        fuzz.append(line[:m.end()] + _mutate_batch_body(rng, line[m.end():]))
+    streams = [[x for x in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+               for path in sorted(LOGS.glob("*.log"))] + [fuzz]
+    used = learned_used = 0
+    for lines in streams:
+        a = ParseContext(source="t", instance_id="i")
+        b = ParseContext(source="t", instance_id="i", scratch=_NoStore())
+        for line in lines:
+            a.line_no += 1
+            b.line_no += 1
+            m = sglang_log._BATCH_LINE.match(line)
+            if m is not None:
+                shape = a.scratch.get("prefill_batch" if m.group(5) != "Decode" else "decode_batch")
+                used += shape is not None
+                learned_used += shape is not None and shape[0].fullmatch(line[m.end():].rstrip("\r\n")) is not None
+            got, want = sglang_log.parse_line(line, a), sglang_log.parse_line(line, b)
+            assert (got, a.last_ts, a.day_epoch) == (want, b.last_ts, b.day_epoch), repr(line)
+    assert len(b.scratch) == 0 and len(sglang_log._SHAPES) <= sglang_log.MAX_SHAPES
+    # both taken: lines read by a learned form, and lines the form refused (then read by findall)
+    assert learned_used > 2_000 and used - learned_used > 3_000, (used, learned_used)
