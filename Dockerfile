@@ -3,6 +3,8 @@
 # dependencies of requirements.lock (`make lock`; no test tools, no embedded broker) and the wheel without
 # dependencies into a clean slim image that runs as an unprivileged user. The default command is the live
 # shadow; see deploy/compose.
+# The build stage has no C compiler, so setup.py's optional compiled modules (Cython) are skipped and the image
+# runs the pure-Python sources (same results; docs/architecture.md, "Compiled core").
 FROM python:3.11-slim-bookworm AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
