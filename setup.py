@@ -25,6 +25,11 @@ NATIVE_MODULES: tuple[str, ...] = (
     "simcore.decode_run",
     "simcore.server",
     "simcore.perf.step",
+    # the ingest decoder (issue 11): the batch-line parser, the log-line header, the consumer's partition loop
+    # (tests/streams/test_native_streams.py; figures in docs/shadow.md, Ingest speed)
+    "streams.adapters.sglang_log",
+    "streams.adapters.log_prefix",
+    "streams.kafka_io",
 )
 
 # How Cython compiles them: Python semantics everywhere (annotations are not C types, division and indexing as in
