@@ -9,7 +9,6 @@ used, with a warning) are checked on files of known age.
 """
 from __future__ import annotations
 
-import ast
 import importlib.machinery
 import json
 import os
@@ -21,29 +20,7 @@ from pathlib import Path
 import pytest
 
 from simcore import _native
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def native_modules() -> tuple[str, ...]:
-    """setup.py's NATIVE_MODULES, read without running setup.py."""
-    tree = ast.parse((REPO / "setup.py").read_text())
-    for node in tree.body:
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == "NATIVE_MODULES" for t in targets):
-                return tuple(ast.literal_eval(node.value))  # type: ignore[arg-type]
-    raise AssertionError("setup.py has no NATIVE_MODULES")
-
-
-def built_file(module: str) -> Path | None:
-    """The compiled extension of ``module`` next to its .py, if one was built."""
-    base = REPO / Path(*module.split("."))
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        if base.with_name(base.name + suffix).is_file():
-            return base.with_name(base.name + suffix)
-    return None
-
+from tests.native_build import REPO, built_file, native_modules
 
 # The child: several simulations that exercise every compiled module (radix match/insert/split/evict with a pool
 # small enough to retract, chunked prefill, overlap on and off, decode runs exact and interpolated, page size 16,

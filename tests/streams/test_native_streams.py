@@ -13,8 +13,6 @@ The compiled run must really have imported every ``streams`` module that was bui
 """
 from __future__ import annotations
 
-import ast
-import importlib.machinery
 import json
 import os
 import subprocess
@@ -23,28 +21,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def native_modules() -> tuple[str, ...]:
-    """setup.py's NATIVE_MODULES, read without running setup.py."""
-    for node in ast.parse((REPO / "setup.py").read_text()).body:
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        else:
-            targets = [node.target] if isinstance(node, ast.AnnAssign) else []
-        if any(isinstance(t, ast.Name) and t.id == "NATIVE_MODULES" for t in targets):
-            return tuple(ast.literal_eval(node.value))  # type: ignore[union-attr]
-    raise AssertionError("setup.py has no NATIVE_MODULES")
-
-
-def built_file(module: str) -> Path | None:
-    """The compiled extension of ``module`` next to its .py, if one was built."""
-    base = REPO / Path(*module.split("."))
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        if base.with_name(base.name + suffix).is_file():
-            return base.with_name(base.name + suffix)
-    return None
+from tests.native_build import REPO, built_file, native_modules
 
 LOGS = REPO.parent / "shared" / "data" / "sglang_logs"
 STREAMS_NATIVE = tuple(m for m in native_modules() if m.startswith("streams."))
