@@ -2,9 +2,10 @@
 
 The modules in :data:`NATIVE_MODULES` are compiled from their own ``.py`` sources (the ``.py`` stays the single
 source; an optional ``.pxd`` beside it declares C types for its hottest classes). Each extension is optional: a
-machine without a C compiler, or without Cython, installs pure Python, and the package imports the ``.py``
-files (``simcore/_native.py``: ``SHADOWSIM_PURE_PYTHON=1`` forces that; a compiled module older than its source
-is not used). ``make venv`` (``pip install -e .``) builds them in place; after editing one of these sources,
+machine without a C compiler (or, with ``--no-build-isolation``, without Cython: pip's build isolation otherwise
+fetches it) installs pure Python, and the package imports the ``.py`` files (``simcore/_native.py``:
+``SHADOWSIM_PURE_PYTHON=1`` forces that; a stale build, one compiled file older than its source or a ``.pxd``, is
+not used at all). ``make venv`` (``pip install -e .``) builds them in place; after editing one of these sources,
 ``make native`` (``python setup.py build_ext --inplace``) rebuilds them. docs/architecture.md (Speed) has the
 figures.
 """

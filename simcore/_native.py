@@ -7,8 +7,12 @@ changes only one thing: where that spec is a compiled extension (``radix_cache.c
 the ``.py`` beside it is imported instead when
 
 - ``SHADOWSIM_PURE_PYTHON=1`` is set (read once, at the first import of the package): pure Python, by choice;
-- the compiled file is older than its source (the source was edited or checked out after the build): a stale
-  build is never used silently; it warns once (``RuntimeWarning``) naming the modules and the fix.
+- the build is stale: some compiled file of the same build (every extension under ``simcore/`` and ``streams/``)
+  is older than its own ``.py`` or than any ``.pxd`` there (a source or its C declarations edited, checked out or
+  merged after the build). The build is then used all or not at all: compiled modules ``cimport`` each other's
+  extension types, so one module imported from its source next to compiled ones that expect its C layout would
+  fail at import. A stale build is never used; it warns once (``RuntimeWarning``) naming the stale modules and the
+  fix.
 
 Nothing else changes: a module with no extension, or an extension with no ``.py`` beside it, imports as usual.
 :func:`compiled_modules` names the modules imported compiled so far (the tests check the compiled path is the one
@@ -19,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from importlib.machinery import ExtensionFileLoader, PathFinder, SourceFileLoader
+from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader, PathFinder, SourceFileLoader
 from importlib.util import spec_from_file_location
 
 PURE_PYTHON_ENV = "SHADOWSIM_PURE_PYTHON"
@@ -31,6 +35,41 @@ STALE_SLACK_S = 2.0
 
 _compiled: list[str] = []
 _stale: list[str] = []
+_stale_by_tree: dict[tuple[str, ...], list[str]] = {}
+_warned: set[tuple[str, ...]] = set()
+
+
+def _build_dirs(fullname: str, compiled: str) -> tuple[str, ...]:
+    """The package directories one build wrote extensions into: the top package of ``fullname`` and its sibling
+    packages the finder covers (``simcore`` beside ``streams``)."""
+    top = os.path.dirname(compiled)
+    for _ in range(fullname.count(".") - 1):
+        top = os.path.dirname(top)
+    parent = os.path.dirname(top)
+    siblings = (os.path.join(parent, p.rstrip(".")) for p in PACKAGES)
+    return tuple(sorted({top, *(d for d in siblings if os.path.isdir(d))}))
+
+
+def _stale_extensions(dirs: tuple[str, ...]) -> list[str]:
+    """The compiled files under ``dirs`` older than their ``.py`` or than the newest ``.pxd`` (computed once)."""
+    if dirs in _stale_by_tree:
+        return _stale_by_tree[dirs]
+    extensions: list[tuple[str, float, float]] = []  # (compiled file, its mtime, its source's mtime)
+    newest_pxd = 0.0
+    for root in dirs:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                if name.endswith(".pxd"):
+                    newest_pxd = max(newest_pxd, os.stat(path).st_mtime)
+                elif name.endswith(tuple(EXTENSION_SUFFIXES)):
+                    source = os.path.join(dirpath, name.split(".", 1)[0] + ".py")
+                    if os.path.exists(source):
+                        extensions.append((path, os.stat(path).st_mtime, os.stat(source).st_mtime))
+    stale = sorted(path for path, built, source in extensions if max(source, newest_pxd) > built + STALE_SLACK_S)
+    _stale_by_tree[dirs] = stale
+    return stale
 
 
 class NativeOrSourceFinder:
@@ -45,18 +84,20 @@ class NativeOrSourceFinder:
             return spec
         compiled = spec.origin
         source = os.path.join(os.path.dirname(compiled), os.path.basename(compiled).split(".", 1)[0] + ".py")
-        try:
-            source_mtime = os.stat(source).st_mtime
-        except OSError:
+        if not os.path.exists(source):
             _compiled.append(fullname)
             return spec  # shipped compiled only
         if PURE_PYTHON:
             return spec_from_file_location(fullname, source, loader=SourceFileLoader(fullname, source))
-        if source_mtime > os.stat(compiled).st_mtime + STALE_SLACK_S:
+        dirs = _build_dirs(fullname, compiled)
+        stale = _stale_extensions(dirs)
+        if stale:
             _stale.append(fullname)
-            warnings.warn(f"shadowsim: {fullname}'s compiled module {compiled} is older than {source}; importing "
-                          f"the source instead (rebuild: `make native`, i.e. python setup.py build_ext --inplace)",
-                          RuntimeWarning, stacklevel=2)
+            if dirs not in _warned:
+                _warned.add(dirs)
+                warnings.warn(f"shadowsim: the compiled build is stale ({', '.join(stale)} older than its .py source "
+                              f"or a .pxd); importing every compiled module from its .py source instead (rebuild: "
+                              f"`make native`, i.e. python setup.py build_ext --inplace)", RuntimeWarning, stacklevel=2)
             return spec_from_file_location(fullname, source, loader=SourceFileLoader(fullname, source))
         _compiled.append(fullname)
         return spec

@@ -194,6 +194,8 @@ class DpAttentionLatency:
         comm = mlp.shapes.num_layers * (1 if max_len else 2) * self._tp_allreduce_s(hidden_bytes, self.tp, graph)
         if self.tp > 1 and logits:  # the vocab-parallel logits gathered over the TP group
             comm += self._tp_allreduce_s(logits * mlp.model.vocab_size * 2.0 / self.tp, self.tp, graph)
+        if len(self._comm_memo) >= MEMO_LIMIT:  # bounded in a long live run, as the whole-step memo
+            self._comm_memo.clear()
         self._comm_memo[key] = comm
         return comm
 

@@ -329,7 +329,7 @@ LAST_EARLY_04_GRAPH_VERSION = (0, 4, 0)
 # srt/server_args.py ServerArgs.__post_init__ and srt/model_executor/cuda_graph_runner.py
 # get_batch_sizes_to_capture): chunked_prefill_size 2048 under 35 GiB, 8192 under 160 GiB, else 16384;
 # cuda_graph_max_bs set only under 35 GiB (8 below TP4, else 80), otherwise the capture list
-# [1, 2, 4, 8] + [16, 24, …, 160] (+ 168…256 above 90 GiB, + 272…512 above 160,000 MiB) is used whole. 0.5.3 brings
+# [1, 2, 4, 8] + [16, 24, …, 160] (+ 168…256 above 90 GiB, + 272…512 above 160 GiB) is used whole. 0.5.3 brings
 # the per-GPU table (256 below TP4 / 512 on H100-class GPUs) and the longer list (_generate_cuda_graph_batch_sizes).
 LAST_04_DEFAULTS_VERSION = (0, 5, 2)
 

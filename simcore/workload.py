@@ -77,7 +77,7 @@ def _draw(spec: Lengths, rng: np.random.Generator, n: int) -> list[int]:
 
 
 class _Template:
-    """One synthetic request's drawn lengths and key (a plain class: start-up, see perf/shapes.py `_Frozen`)."""
+    """One synthetic request's drawn lengths and key (a plain class: start-up, see simcore/values.py)."""
 
     __slots__ = ("input_len", "output_len", "key")
 

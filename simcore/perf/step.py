@@ -27,7 +27,7 @@ from simcore.perf.sliding_window import window_decode_kv, window_extend_sq
 
 # Kernels per layer that are not GEMMs or attention (norms, RoPE, activation, KV store, qk-norm).
 _EW_KERNELS = 5
-MEMO_LIMIT = 200_000  # whole-step memo entries kept at most (then cleared); DpAttentionLatency too
+MEMO_LIMIT = 200_000  # entries kept at most by each memo here and in DpAttentionLatency (then cleared)
 
 # SGLang's attention dispatch for MLA models in an extend (prefill or mixed) batch, sglang 0.5.9
 # models/deepseek_common/attention_backend_handler.py: on Blackwell (trtllm_mla, the DeepSeek default on SM100,
@@ -146,6 +146,8 @@ class StepLatencyModel:
         ew_s = self._layer_elementwise_s(m) + self._head_elementwise_s(m, logits)
         total = (self._k_gemm * (gemm_s + self._head_s(logits)) + self._k_moe * self._moe_layers_s(m)
                  + self._k_comm * comm_s + self._k_ew * ew_s)
+        if len(self._dense_memo) >= MEMO_LIMIT:  # bounded in a long live run, as the whole-step memo
+            self._dense_memo.clear()
         self._dense_memo[key] = total
         return total
 
@@ -342,6 +344,8 @@ class StepLatencyModel:
         gemm_s = sum(cv(m) for cv in self._attn_curves) * L * 1e-3
         comm_s = L * c.allreduce_s(m * sh.hidden * 2.0, self.tp, graph) if self.tp > 1 else 0.0
         total = self._k_gemm * gemm_s + self._k_comm * comm_s + self._k_ew * self._layer_elementwise_s(m)
+        if len(self._attention_dense_memo) >= MEMO_LIMIT:  # bounded in a long live run, as the whole-step memo
+            self._attention_dense_memo.clear()
         self._attention_dense_memo[key] = total
         return total
 
@@ -361,6 +365,8 @@ class StepLatencyModel:
         gemm_ms += sum(cv(tokens) for cv in self._shared_curves) * sh.num_moe_layers
         total = (self._k_gemm * (gemm_ms * 1e-3 + self._head_s(logits)) + self._k_moe * self._moe_layers_s(tokens)
                  + self._k_ew * self._head_elementwise_s(tokens, logits))
+        if len(self._mlp_memo) >= MEMO_LIMIT:  # bounded in a long live run, as the whole-step memo
+            self._mlp_memo.clear()
         self._mlp_memo[key] = total
         return total
 

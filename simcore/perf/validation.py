@@ -369,7 +369,7 @@ class Protocol:
     output_path_s_per_token: float = 0.0
     tokenizer_s_per_request: float = 0.0
     # per prompt token the server's tokenizer encodes, for every row (None: the row's server_tokenize_us_per_token
-    # column, else 0; docs/accuracy.md §3.12)
+    # column, else 0; docs/accuracy.md §3.14)
     tokenizer_s_per_token: float | None = None
     client: str | None = None  # overrides every row's client (None: the row's column, else by its load)
     warmup_barrier: bool = True  # aiperf: profiling starts when every warm-up response is back
@@ -390,8 +390,10 @@ class Protocol:
             raise UserError("--prompt-overhead-tokens", f"must be >= 0, got {self.prompt_overhead_tokens}")
         for name in ("output_path_s_per_step", "output_path_s_per_token", "tokenizer_s_per_request",
                      "tokenizer_s_per_token"):
-            if (getattr(self, name) or 0.0) < 0:
-                raise UserError("--" + name.replace("_s_", "_us_").replace("_", "-"), "must be >= 0")
+            value = getattr(self, name) or 0.0
+            if not (0.0 <= value < math.inf):  # NaN fails too
+                raise UserError("--" + name.replace("_s_", "_us_").replace("_", "-"),
+                                f"must be a finite number >= 0, got {value * 1e6:g} µs")
         if self.length_dist is not None and self.length_dist not in LENGTH_DISTS:
             raise UserError("--length-dist", f"unknown length distribution {self.length_dist!r}",
                             f"use one of: {', '.join(LENGTH_DISTS)}")

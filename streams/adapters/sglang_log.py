@@ -164,8 +164,9 @@ def _shape(kind: str, items: list[tuple[str, str]], fields: dict[str, str]
     key running exactly to the ``:`` after it, ``: ``, and a value running to the next comma, where the form's group
     ends too (its next character is a comma); the next search fails at that comma and starts over after it. After
     the last value, a comma and whitespace alone give no item (a key needs ``: `` after it). The keys are those of
-    the line it was learned from; at most ``MAX_SHAPES`` forms per process, so hostile lines cannot grow it (beyond
-    it, lines take ``findall``). tests/streams/adapters/test_fast_paths.py compares both on real and fuzzed lines."""
+    the line it was learned from; at most ``MAX_SHAPES`` forms per process, so hostile lines cannot grow it
+    without bound (beyond it, lines take ``findall``: as correct, only slower; a flood of distinct key sets can use
+    the cap up for good). tests/streams/adapters/test_fast_paths.py compares both on real and fuzzed lines."""
     if not items:
         return None
     keys = tuple(k for k, _ in items)

@@ -127,9 +127,48 @@ def _fake_build(tmp_path: Path, so_age_s: float) -> None:
 
 def test_a_build_older_than_its_source_is_not_used_and_warns(tmp_path: Path) -> None:
     _fake_build(tmp_path, so_age_s=60.0)
-    with pytest.warns(RuntimeWarning, match="older than .*radix_cache.py.*make native"):
+    with pytest.warns(RuntimeWarning, match="stale .*radix_cache.* older than its .py source.*make native"):
         spec = _native.NativeOrSourceFinder.find_spec("simcore.radix_cache", [str(tmp_path)])
     assert spec is not None and spec.origin == str(tmp_path / "radix_cache.py")
+    assert type(spec.loader) is importlib.machinery.SourceFileLoader
+
+
+def _two_module_build(tmp_path: Path) -> Path:
+    """A fake build of two modules of one package, written a second after their sources."""
+    pkg = tmp_path / "simcore"
+    pkg.mkdir(parents=True)
+    for name in ("radix_cache", "kv_cache"):
+        (pkg / f"{name}.py").write_text("x = 1\n")
+        (pkg / f"{name}.pxd").write_text("")
+        so = pkg / (name + importlib.machinery.EXTENSION_SUFFIXES[0])
+        so.write_bytes(b"")
+        now = os.stat(pkg / f"{name}.py").st_mtime
+        os.utime(so, (now + 1.0, now + 1.0))
+    return pkg
+
+
+def _touch_later(path: Path) -> None:
+    later = os.stat(path).st_mtime + 60.0
+    os.utime(path, (later, later))
+
+
+@pytest.mark.parametrize("edited", ["kv_cache.py", "kv_cache.pxd"])
+def test_one_stale_module_makes_the_whole_build_import_from_source(tmp_path: Path, edited: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # compiled modules cimport each other's extension types: radix_cache compiled beside kv_cache from source fails
+    # at import (Cython's "size changed" check), so one stale source or .pxd turns the whole build off, with a warning
+    monkeypatch.setattr(_native, "PURE_PYTHON", False)
+    pkg = _two_module_build(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spec = _native.NativeOrSourceFinder.find_spec("simcore.radix_cache", [str(pkg)])
+    assert spec is not None and type(spec.loader) is importlib.machinery.ExtensionFileLoader
+    other = tmp_path / "again"
+    pkg = _two_module_build(other)
+    _touch_later(pkg / edited)
+    with pytest.warns(RuntimeWarning, match="stale .*kv_cache.*importing every compiled module from its .py source"):
+        spec = _native.NativeOrSourceFinder.find_spec("simcore.radix_cache", [str(pkg)])
+    assert spec is not None and spec.origin == str(pkg / "radix_cache.py")
     assert type(spec.loader) is importlib.machinery.SourceFileLoader
 
 

@@ -63,4 +63,6 @@ def test_cli_flag_overrides_the_column(tmp_path, capsys) -> None:
     assert main(["validate", str(p), "--json", "-q", "--tokenizer-us-per-token", "0"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"][0]["predicted_ttft_ms"] < 1_000.0
     assert main(["validate", str(p), "-q", "--tokenizer-us-per-token", "-5"]) == 2
-    assert "tokenizer-us-per-token: must be >= 0" in capsys.readouterr().err
+    assert "tokenizer-us-per-token: must be a finite number >= 0, got -5 µs" in capsys.readouterr().err
+    assert main(["validate", str(p), "-q", "--tokenizer-us-per-token", "inf"]) == 2  # as the column rejects it
+    assert "tokenizer-us-per-token: must be a finite number >= 0, got inf µs" in capsys.readouterr().err

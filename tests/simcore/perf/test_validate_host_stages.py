@@ -42,7 +42,7 @@ def test_cli_flags_reach_the_simulation(tmp_path, capsys) -> None:
     out = json.loads(capsys.readouterr().out)
     assert 18.0 < out["rows"][0]["predicted_throughput_rps"] <= 20.0
     assert main(["validate", str(p), "-q", "--tokenizer-us-per-request", "-5"]) == 2
-    assert "tokenizer-us-per-request: must be >= 0" in capsys.readouterr().err
+    assert "tokenizer-us-per-request: must be a finite number >= 0, got -5 µs" in capsys.readouterr().err
 
 
 def test_protocol_rejects_negative_stage_costs() -> None:
