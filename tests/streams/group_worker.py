@@ -26,7 +26,17 @@ CREATE TABLE IF NOT EXISTS skipped (worker TEXT, part INTEGER, n INTEGER);
 
 def open_db(path: str) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=60, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
+    # Both workers open the fresh file at once; SQLite can refuse the switch to WAL with "database is locked" at
+    # once, without waiting out the busy timeout (it once killed a worker at start in CI), so retry it.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
     db.executescript(SCHEMA)
     return db
 
