@@ -258,7 +258,16 @@ class InstanceTwin:
             self._join(rid)
 
     def _on_prefill(self, ev: PrefillBatch) -> None:
-        self._observe_batch(ev)
+        obs = self.observed  # self._observe_batch(ev), written out (once per batch line)
+        v = ev.running_reqs
+        if v is not None:
+            obs["running"] = float(v)
+        v = ev.queue_reqs
+        if v is not None:
+            obs["queue"] = float(v)
+        v = ev.token_usage
+        if v is not None:
+            obs["kv_usage"] = float(v)
         # Always fed, even before the first request is submitted (which builds the engine): a step dropped here is
         # missing from S() for every request in flight, e.g. the first seconds of a long-prompt trace.
         a = self._anchor_obj
@@ -267,7 +276,16 @@ class InstanceTwin:
         a.on_prefill_batch(ev)
 
     def _on_decode(self, ev: DecodeBatch) -> None:
-        self._observe_batch(ev)
+        obs = self.observed  # self._observe_batch(ev), written out (once per batch line)
+        v = ev.running_reqs
+        if v is not None:
+            obs["running"] = float(v)
+        v = ev.queue_reqs
+        if v is not None:
+            obs["queue"] = float(v)
+        v = ev.token_usage
+        if v is not None:
+            obs["kv_usage"] = float(v)
         if ev.accept_len is not None:  # one line averages running × decode_log_interval verify passes
             self.acceptance.observe(ev.accept_len, max(1, ev.running_reqs or 0) * DEFAULT_DECODE_LOG_INTERVAL)
         a = self._anchor_obj
