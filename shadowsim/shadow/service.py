@@ -99,6 +99,8 @@ class ShadowService:
         self.engine_factory = engine_factory
         self.sink = sink
         self.store = store if store is not None else SnapshotStore(config.snapshot.dir, config.snapshot.keep)
+        # the event-time window of admission, read once per record (frozen config: pydantic attributes cost a hook)
+        self._max_past_s, self._max_future_s = config.time.max_past_s, config.time.max_future_s
         self.partitions: dict[TP, PartitionState] = {}
         self.twins: dict[str, InstanceTwin] = {}
         self.twin_partition: dict[str, TP] = {}
@@ -355,9 +357,10 @@ class ShadowService:
         admission, transaction and roll-back, without the bookkeeping of several events and twins."""
         ranks = self.ranks
         # ranks.twin_id(ev); for a batch line (routed by its own DP rank, nothing to read or change) written out
-        only = _RANK_ONLY.get(ev.__class__)
+        cls = type(ev)
+        only = _RANK_ONLY.get(cls)
         if only is None:
-            only = routes_by_rank_only(ev.__class__)
+            only = routes_by_rank_only(cls)
         if only:
             rank = ev.dp_rank
             iid = ev.instance_id if rank is None else rank_twin_id(ev.instance_id, int(rank))
@@ -374,8 +377,7 @@ class ShadowService:
             ref = ps.max_ts
         ts = ev.ts
         if ref > _NEG_INF:
-            tc = self.config.time
-            if not (ref - tc.max_past_s <= ts <= ref + tc.max_future_s):
+            if not (ref - self._max_past_s <= ts <= ref + self._max_future_s):  # time.max_past_s / max_future_s
                 refused = self._admit(ps, rec, [iid])  # the reason and its text, as for any record
                 assert refused is not None
                 ranks.roll_back()

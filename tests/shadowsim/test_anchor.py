@@ -123,3 +123,25 @@ def test_linear_pricing_of_batch_lines_written_out_equals_step_time_of_their_bat
         assert [repr(x) for x in fast.timeline.cum_s] == [repr(x) for x in slow.timeline.cum_s], (trial, coef)
         assert fast.timeline.ts == slow.timeline.ts
         assert repr(fast.calibrator.snapshot()) == repr(slow.calibrator.snapshot()), (trial, coef)
+
+
+def test_batch_line_fields_read_from_the_instance_dict_are_the_attributes() -> None:
+    # Anchor.on_prefill_batch / on_decode_batch and the twin's batch handlers read a batch event's fields from its
+    # __dict__ (pydantic keeps field values there; reading them skips BaseModel.__getattr__'s hook). They must be
+    # exactly the attributes, for events built every way the ingest path builds them: the Kafka consumer's
+    # decoder (its one-line fast path) and decode_record, on the benchmark's real SGLang log lines.
+    from benchmarks.bench_ingest import records
+    from simcore.events import DecodeBatch, PrefillBatch
+    from streams.decode import decode_record
+    from streams.kafka_io import RecordDecoder
+
+    fast = RecordDecoder("auto")
+    seen = {PrefillBatch: 0, DecodeBatch: 0}
+    for i, (key, value) in enumerate(records(4000)):
+        got, _ = fast(value, key, "t", 0, [], None)
+        for e in list(got) + list(decode_record(value, key=key, fmt="auto").events):
+            if type(e) in seen:
+                seen[type(e)] += 1
+                for name in type(e).model_fields:
+                    assert e.__dict__[name] is getattr(e, name), (i, name)
+    assert min(seen.values()) > 1000, seen
