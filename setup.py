@@ -24,6 +24,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "simcore.server_state",
     "simcore.server_results",
     "simcore.decode_run",
+    "simcore.server_core",
     "simcore.server",
     "simcore.perf.step",
     # the ingest decoder (issue 11): the batch-line parser, the log-line header, the consumer's partition loop

@@ -5,6 +5,7 @@
 import cython
 from simcore.kv_cache cimport KVCache
 from simcore.server_state cimport Batch, Req
+from simcore.server_core cimport ServerCore
 
 cdef class DecodeStepTimes:
     cdef public object latency

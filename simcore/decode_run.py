@@ -38,6 +38,7 @@ except ImportError:  # no Cython installed
     from simcore import _pure_cython as cython
 from simcore.kv_cache import KVCache
 from simcore.perf.base import BatchShape, LatencyModel
+from simcore.server_core import ServerCore
 from simcore.server_state import Batch, Req
 
 if TYPE_CHECKING:
@@ -334,7 +335,7 @@ class DecodeRuns:
     MIN_DECODE_RUN = 3    # iterations below which the plain loop is as cheap
     MAX_DECODE_RUN = 4096  # iterations priced per run at most (a longer stretch is several runs)
 
-    @cython.locals(prev=Batch, last_b=Batch, due=Batch, kv=KVCache, req=Req)
+    @cython.locals(self=ServerCore, prev=Batch, last_b=Batch, due=Batch, kv=KVCache, req=Req)
     def _decode_run(self, t: float) -> bool:
         """Do the iterations from ``t`` on at once while each would build the same plain decode batch; False
         (nothing done) when fewer than ``MIN_DECODE_RUN`` qualify.

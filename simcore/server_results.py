@@ -11,6 +11,7 @@ except ImportError:  # no Cython installed
     from simcore import _pure_cython as cython
 from simcore.kv_cache import KVCache
 from simcore.results import RequestRecord
+from simcore.server_core import ServerCore
 from simcore.server_state import Batch, Req
 
 
@@ -21,7 +22,7 @@ class ResultProcessor:
     ``res``, ``itl_vals``/``itl_w``, ``last_decode_apply(_g)``, ``detokenize_s``, ``on_finish``, ``env``.
     """
 
-    @cython.locals(b=Batch, r=Req, kv=KVCache)
+    @cython.locals(self=ServerCore, b=Batch, r=Req, kv=KVCache)
     def _apply(self, b: Batch, t: float) -> None:
         # state changes now (t); the client sees the tokens at emit_t, never before earlier batches' tokens
         base = b.emit_s if b.emit_s > self.emit_floor else self.emit_floor
@@ -66,12 +67,13 @@ class ResultProcessor:
             self._finish(r, emit_t, aborted=r.abort_error is not None)
             self.batch_is_full = False
 
+    @cython.locals(self=ServerCore)
     def _itl(self, v: float, w: int) -> None:
         """One inter-token gap ``v`` (s) shared by ``w`` tokens."""
         self.itl_vals.append(v)
         self.itl_w.append(w)
 
-    @cython.locals(r=Req)
+    @cython.locals(self=ServerCore, r=Req)
     def _finish(self, r: Req, t: float, aborted: bool) -> None:
         r.state = "done"
         first = r.first_token_s if r.first_token_s is not None else t
@@ -90,7 +92,8 @@ class ResultProcessor:
             # the client sees it later (detokenize_s, or an abort decided while the loop runs ahead of
             # env.now): signal it at its own time; kept in the snapshot until then
             self.deferred.append((t, rec))
-            self._late(t - self.env.now).callbacks.append(lambda _e: self._signal_deferred(rec))
+            signal = self._signal_deferred  # (a closure over the bound method, not over Cython's typed self)
+            self._late(t - self.env.now).callbacks.append(lambda _e: signal(rec))
         else:
             self._signal(rec)
 
@@ -105,7 +108,7 @@ class ResultProcessor:
         if ev is not None and not ev.triggered:
             ev.succeed(rec)
 
-    @cython.locals(r=Req)
+    @cython.locals(self=ServerCore, r=Req)
     def _abort(self, r: Req, t: float) -> None:
         """A request that cannot fit even alone ("Out of memory even after retracting")."""
         if r.node is not None:
