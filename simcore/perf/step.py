@@ -134,9 +134,9 @@ class StepLatencyModel:
         if hit is not None:
             return hit
         sh, c, L = self.shapes, self.costs, self.shapes.num_layers
-        gemm_ms = sum(cv(m) for cv in self._attn_curves) * L
-        gemm_ms += sum(cv(m) for cv in self._dense_curves) * sh.num_dense_layers
-        gemm_ms += sum(cv(m) for cv in self._shared_curves) * sh.num_moe_layers
+        gemm_ms = sum([cv(m) for cv in self._attn_curves]) * L
+        gemm_ms += sum([cv(m) for cv in self._dense_curves]) * sh.num_dense_layers
+        gemm_ms += sum([cv(m) for cv in self._shared_curves]) * sh.num_moe_layers
         gemm_s = gemm_ms * 1e-3
         hidden_bytes = m * sh.hidden * 2.0
         # Two all-reduces per layer (after O and after the MLP) plus one after the vocab-parallel embedding.
@@ -185,9 +185,9 @@ class StepLatencyModel:
         sh = self.shapes
         n = len(extend)
         if prefix and any(prefix):
-            sq = sum(e * (e + 2.0 * p) for e, p in zip(extend, prefix))
+            sq = sum([e * (e + 2.0 * p) for e, p in zip(extend, prefix)])
         else:
-            sq = sum(e * e for e in extend)
+            sq = sum([e * e for e in extend])
         s_rms = math.sqrt(sq / n)
         if sh.is_mla:
             kv = sum(extend) + sum(prefix)
@@ -341,7 +341,7 @@ class StepLatencyModel:
         if hit is not None:
             return hit
         sh, c, L = self.shapes, self.costs, self.shapes.num_layers
-        gemm_s = sum(cv(m) for cv in self._attn_curves) * L * 1e-3
+        gemm_s = sum([cv(m) for cv in self._attn_curves]) * L * 1e-3
         comm_s = L * c.allreduce_s(m * sh.hidden * 2.0, self.tp, graph) if self.tp > 1 else 0.0
         total = self._k_gemm * gemm_s + self._k_comm * comm_s + self._k_ew * self._layer_elementwise_s(m)
         if len(self._attention_dense_memo) >= MEMO_LIMIT:  # bounded in a long live run, as the whole-step memo
@@ -361,8 +361,8 @@ class StepLatencyModel:
         if hit is not None:
             return hit
         sh = self.shapes
-        gemm_ms = sum(cv(tokens) for cv in self._dense_curves) * sh.num_dense_layers
-        gemm_ms += sum(cv(tokens) for cv in self._shared_curves) * sh.num_moe_layers
+        gemm_ms = sum([cv(tokens) for cv in self._dense_curves]) * sh.num_dense_layers
+        gemm_ms += sum([cv(tokens) for cv in self._shared_curves]) * sh.num_moe_layers
         total = (self._k_gemm * (gemm_ms * 1e-3 + self._head_s(logits)) + self._k_moe * self._moe_layers_s(tokens)
                  + self._k_ew * self._head_elementwise_s(tokens, logits))
         if len(self._mlp_memo) >= MEMO_LIMIT:  # bounded in a long live run, as the whole-step memo
@@ -377,7 +377,7 @@ class StepLatencyModel:
         graph = shape.cuda_graph_bs is not None and not shape.extend_lens
         bs = shape.cuda_graph_bs if graph else shape.num_decode
         m = shape.num_extend_tokens + bs
-        gemm = (sum(cv(m) for cv in self._attn_curves) * L + sum(cv(m) for cv in self._dense_curves)
+        gemm = (sum([cv(m) for cv in self._attn_curves]) * L + sum([cv(m) for cv in self._dense_curves])
                 * sh.num_dense_layers) * 1e-3
         out = {
             "gemm": gemm,
