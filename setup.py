@@ -18,6 +18,7 @@ from setuptools import setup
 # The one list of compiled modules (dotted names; the source is the module's .py). Add a module here only where a
 # benchmark shows it pays (python benchmarks/bench_loop.py 3 --against main), with identical results.
 NATIVE_MODULES: tuple[str, ...] = (
+    "simcore.frozen_new",
     "simcore.radix_cache",
     "simcore.kv_cache",
     "simcore.scheduler",

@@ -40,6 +40,7 @@ import simpy
 from simcore import server_snapshot as _snap
 from simcore.decode_run import DEFAULT_MAX_REL_SPACING, DecodeRuns, DecodeStepTimes
 from simcore.errors import SimulatedServerFailure
+from simcore.frozen_new import frozen_new
 from simcore.kv_cache import KVCache
 from simcore.memory import max_running_requests as _derive_max_running
 from simcore.perf.base import BatchShape, LatencyModel, has_pure_step_time
@@ -60,6 +61,7 @@ if TYPE_CHECKING:  # start-up: a plain server never loads speculative decoding (
 WAITING_PREFIX_REFRESH_INTERVAL = 32   # §2.4: scheduling passes between two refreshes
 WAITING_PREFIX_REFRESH_MAX_QUEUE = 128  # §2.4: waiting requests touched per refresh
 RECV_SKIPPER_WEIGHT_OTHER = 1000  # SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DEFAULT (0.5.9 environ.py): non-decode passes
+SHAPE_FIELDS: tuple[str, ...] = BatchShape.__match_args__  # (frozen_new)
 LATE = 2  # SimPy priority: URGENT=0, NORMAL=1; our wake-ups run after every same-time event
 
 
@@ -544,7 +546,7 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
             b.prefill_done.append(r)
             r.out_len_base += 1  # the forward of the last chunk samples the next token
             self._after_token(r, b)
-        b.shape = BatchShape(tuple(ext_lens), tuple(pre_lens), num_dec, sum_kv, (), None)
+        b.shape = frozen_new(BatchShape, SHAPE_FIELDS, (tuple(ext_lens), tuple(pre_lens), num_dec, sum_kv, (), None))
         return b
 
     @cython.locals(self=ServerCore, r=Req, b=Batch)

@@ -3,3 +3,4 @@
 from simcore.kv_cache cimport KVCache
 from simcore.server_state cimport Batch, Req
 from simcore.server_core cimport ServerCore
+from simcore.frozen_new cimport frozen_new

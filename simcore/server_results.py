@@ -9,10 +9,13 @@ try:
     import cython  # compiled (setup.py NATIVE_MODULES): Cython's directives; interpreted: no-ops
 except ImportError:  # no Cython installed
     from simcore import _pure_cython as cython
+from simcore.frozen_new import frozen_new
 from simcore.kv_cache import KVCache
 from simcore.results import RequestRecord
 from simcore.server_core import ServerCore
 from simcore.server_state import Batch, Req
+
+RECORD_FIELDS: tuple[str, ...] = RequestRecord.__match_args__  # (frozen_new)
 
 
 class ResultProcessor:
@@ -78,11 +81,11 @@ class ResultProcessor:
         r.state = "done"
         first = r.first_token_s if r.first_token_s is not None else t
         out = r.out_len_base if not aborted else max(r.out_len_base, 0)
-        rec = RequestRecord(
-            rid=r.rid, arrival_s=r.spec.arrival_s, input_len=r.spec.input_len, output_len=out,
-            cached_tokens=r.cached_tokens, first_token_s=first, finish_s=t, ttft_s=first - r.spec.arrival_s,
-            tpot_s=(t - first) / (out - 1) if out > 1 else None, e2e_s=t - r.spec.arrival_s,
-            queue_time_s=r.queue_time_s, num_retractions=r.num_retractions, aborted=aborted)
+        # RequestRecord(rid=..., arrival_s=..., ..., aborted=...), its fields in order (simcore.frozen_new)
+        rec = frozen_new(RequestRecord, RECORD_FIELDS, (
+            r.rid, r.spec.arrival_s, r.spec.input_len, out, r.cached_tokens, first, t, first - r.spec.arrival_s,
+            (t - first) / (out - 1) if out > 1 else None, t - r.spec.arrival_s, r.queue_time_s, r.num_retractions,
+            aborted))
         self.records.append(rec)
         del self.reqs[r.rid]
         if not self.signal_finishes:  # nobody waits on finish events (Server docstring): the record is all

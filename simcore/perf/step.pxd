@@ -23,3 +23,4 @@ cdef class StepLatencyModel:
     cpdef object _compute(self, object shape)
     cpdef object _add_attention(self, object acc, object shape, object bs, object m)
     cpdef object finish_step(self, object gpu, object cpu, object graph, object extend, object n_req)
+from simcore.frozen_new cimport frozen_new

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 
+from simcore.frozen_new import frozen_new
 from simcore.models.spec import ModelSpec
 from simcore.perf.base import BatchShape, StepTime
 from simcore.perf.costs import RooflineCosts, TableCosts
@@ -27,6 +28,7 @@ from simcore.perf.sliding_window import window_decode_kv, window_extend_sq
 
 # Kernels per layer that are not GEMMs or attention (norms, RoPE, activation, KV store, qk-norm).
 _EW_KERNELS = 5
+STEP_TIME_FIELDS: tuple[str, ...] = StepTime.__match_args__  # (simcore.frozen_new)
 MEMO_LIMIT = 200_000  # entries kept at most by each memo here and in DpAttentionLatency (then cleared)
 
 # SGLang's attention dispatch for MLA models in an extend (prefill or mixed) batch, sglang 0.5.9
@@ -278,7 +280,7 @@ class StepLatencyModel:
         # host_s and _dense_part's memo look-up, inlined: this is the hot path of every new step shape
         cpu = prof.cpu_base_s + prof.cpu_per_req_s * n_req + prof.cpu_per_token_s * ext_tokens
         if n_req == 0:
-            return StepTime(0.0, cpu)
+            return frozen_new(StepTime, STEP_TIME_FIELDS, (0.0, cpu))
         graph = shape.cuda_graph_bs is not None and n_ext == 0
         bs = shape.cuda_graph_bs if graph else shape.num_decode
         m = ext_tokens + bs
@@ -320,7 +322,7 @@ class StepLatencyModel:
             gpu = self.eager_floor_s
         if extend:  # per-version cost of an extend (eager) forward beyond the tables (profile.extend_s_per_layer)
             gpu += self.shapes.num_layers * prof.extend_s_per_layer
-        return StepTime(gpu + (prof.step_overhead_s + prof.gpu_per_req_s * n_req), cpu)
+        return frozen_new(StepTime, STEP_TIME_FIELDS, (gpu + (prof.step_overhead_s + prof.gpu_per_req_s * n_req), cpu))
 
     # ---- the two halves of a step under DP attention (simcore/dp_attention.py) ------------------------------------
     def attention_side_s(self, shape: BatchShape, bs: int, graph: bool) -> float:
