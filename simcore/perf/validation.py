@@ -533,11 +533,14 @@ def _no_kv_fallback(exc: UserError, row: Row, p: Protocol, flags: dict[str, Any]
 
 def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend: str = "auto",
                  seed: int = 0, protocol: Protocol | None = None,
-                 observer: Callable[[StepRecord], None] | None = None) -> RowResult:
+                 observer: Callable[[StepRecord], None] | None = None,
+                 moe_routing: str = "power_law") -> RowResult:
     """Run the row's benchmark in the simulator. Raises UserError when the model/GPU/precision is unknown.
 
     ``observer`` receives every forward pass's `StepRecord` (simcore.engine.simulate), e.g. for
-    `simcore.perf.decode_split`."""
+    `simcore.perf.decode_split`. ``moe_routing``: the MoE tables' routing distribution for rows with expert
+    parallelism or multi-node TP (`simcore.perf.moe_parallel.ParallelLayout.routing`; ``power_law``, the
+    default, or ``balanced``: a sensitivity case, validation/moe_routing_test.py)."""
     from simcore.benchmark_clients import lockstep_index
     from simcore.engine import simulate
     from simcore.frozen_model import FieldError
@@ -584,7 +587,7 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
     profile = (profile if profile is not None else default_profile()).for_version(settings.sglang_version)
     latency = build_latency_model(model, gpu, row.tp, precision, backend=backend, profile=profile,
                                   kv_cache_dtype=settings.kv_cache_dtype,
-                                  parallel=ParallelLayout.from_settings(settings, gpu))
+                                  parallel=ParallelLayout.from_settings(settings, gpu, routing=moe_routing))
     if settings.enable_dp_attention:  # simcore.dp_attention: attention per rank, MLP/MoE on the gathered tokens
         from simcore.dp_attention import build_dp_attention_latency
 
@@ -596,7 +599,7 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
     # speculative decoding (--speculative-* in server_args): the draft priced on the same GPUs, TP, precision
     speculative = build_speculative(settings, model, latency, lambda m: build_latency_model(
         m, gpu, row.tp, precision, backend=backend, profile=profile, kv_cache_dtype=settings.kv_cache_dtype,
-        parallel=ParallelLayout.from_settings(settings, gpu)), seed)
+        parallel=ParallelLayout.from_settings(settings, gpu, routing=moe_routing)), seed)
     if speculative is not None:  # it prices the steps: target + draft
         latency = speculative
         if settings.enable_dp_attention:  # every rank's draft + verify in lockstep (simcore.dp_attention)
