@@ -24,6 +24,9 @@ TTFT; ``measured_itl_p50_ms``: median inter-token latency over all token gaps of
 ``measured_output_tokens_per_s``: output tokens / benchmark duration; ``measured_e2e_ms``: mean end-to-end
 latency, used instead of the TTFT + TPOT derivation when given). These are compared only where a row has them.
 
+A measured row whose recorded flags leave no KV cache at SGLang's default ``--mem-fraction-static`` (the server could
+not have started so) runs at `NO_KV_MEM_FRACTION` and lists that in its ``assumptions`` (docs/accuracy.md §3.10).
+
 Benchmark protocol (docs/accuracy.md §3.1 gives the sources): the one aiconfigurator generates for its SGLang
 deployments (``bench_run.sh``: aiperf, chat endpoint, streaming, ``ignore_eos``, zero length spread):
 
