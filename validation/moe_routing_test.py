@@ -108,7 +108,8 @@ def print_generators(recs: list[dict[str, Any]]) -> None:
           " | GB a decode step reads (58 layers): power-law balanced uniform | table ms a layer B200 pl / bal, "
           "B300 pl / bal | B300 TB/s pl / bal")
     for r in recs:
-        gb = [expert_bytes_per_step(r[k]) / 1e9 for k in ("power_law_distinct", "balanced_distinct", "uniform_distinct")]
+        gb = [expert_bytes_per_step(r[k]) / 1e9
+              for k in ("power_law_distinct", "balanced_distinct", "uniform_distinct")]
         bw = [expert_bytes_per_step(r[k]) / MOE_LAYERS / (r[f"b300_{m}_ms"] * 1e-3) / 1e12
               for k, m in (("power_law_distinct", "power_law"), ("balanced_distinct", "balanced"))]
         print(f"{r['ep']:2} {r['tokens']:5} | {r['power_law_distinct']:9.1f} {r['balanced_distinct']:8d} "
@@ -216,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
             dump["rows"].append(r)
             te = r.get("t_eff")
             te_text = "-" if "t_eff" not in r else ("<1" if te is None else f"{te:.1f}")
-            print(f"{r['precision']:5} {r['tp']:2}/{r['ep']:<2} {r['isl']:5} {r['concurrency']:4} {r['mean_batch']:5.1f} |"
+            print(f"{r['precision']:5} {r['tp']:2}/{r['ep']:<2} {r['isl']:5} {r['concurrency']:4}"
+                  f" {r['mean_batch']:5.1f} |"
                   f" {r['measured_tpot_ms']:9.2f} {r['predicted_tpot_ms']:5.2f} | {r['decode_step_ms']:15.2f}"
                   f" {r['moe_ms']:5.2f} | {r['implied_step_ms']:7.2f} | {r['needed_moe_ms']:8.2f} {te_text:>6} |"
                   f" {r['balanced_step_ms']:13.2f}" + (f" | {r['balanced_predicted_tpot_ms']:13.2f}"

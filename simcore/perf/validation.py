@@ -102,12 +102,13 @@ _MEASURED_COLUMN = {"ttft": "ttft_ms", "tpot": "tpot_ms", "throughput": "through
                     "ttft_p50": "ttft_p50_ms", "itl_p50": "itl_p50_ms", "output_tps": "output_tokens_per_s"}
 _RID = "req-"
 # Rows whose recorded flags leave no KV cache although the row's measurements prove the server ran (SGLang refuses to
-# start without one: 0.5.9 ``model_runner.py`` ``init_memory_pool`` raises "Not enough memory. Please try to increase
-# --mem-fraction-static"): the record is incomplete, the operator raised the fraction. Such a row is simulated at
-# this ``--mem-fraction-static`` and says so in its ``assumptions``: the value of the public launch script of the
-# only such rows in the project's files (InferenceX ``benchmarks/single_node/dsr1_fp8_b200.sh`` @12ba0ae07, TP4:
-# ``--mem-fraction-static 0.95``; docs/accuracy.md §3.10). Applied only where the fraction was SGLang's default
-# (not a recorded flag) and the rule's fraction is larger; `Protocol.no_kv_mem_fraction` = None skips such rows.
+# start without one: 0.5.9 ``model_executor/model_runner_kv_cache_mixin.py`` ``init_memory_pool`` raises "Not enough
+# memory. Please try to increase --mem-fraction-static"): the record is incomplete, the operator raised the fraction.
+# Such a row is simulated at this ``--mem-fraction-static`` and says so in its ``assumptions``: the value of the
+# public launch script of the only such rows in the project's files (InferenceX
+# ``benchmarks/single_node/dsr1_fp8_b200.sh`` @12ba0ae07, TP4: ``--mem-fraction-static 0.95``; docs/accuracy.md
+# §3.10). Applied only where the fraction was SGLang's default (not a recorded flag) and the rule's fraction is
+# larger; `Protocol.no_kv_mem_fraction` = None skips such rows.
 NO_KV_MEM_FRACTION = 0.95
 
 
@@ -413,7 +414,8 @@ class Protocol:
         if self.client is not None and self.client not in CLIENTS:
             raise UserError("--client", f"unknown client {self.client!r}", f"use one of: {', '.join(CLIENTS)}")
         if self.no_kv_mem_fraction is not None and not (0.0 < self.no_kv_mem_fraction < 1.0):
-            raise UserError("--no-kv-mem-fraction", f"must be a fraction in (0, 1) or off, got {self.no_kv_mem_fraction:g}")
+            raise UserError("--no-kv-mem-fraction",
+                            f"must be a fraction in (0, 1) or off, got {self.no_kv_mem_fraction:g}")
         if self.deployment not in DEPLOYMENTS:
             raise UserError("--deployment", f"unknown deployment {self.deployment!r}",
                             f"use one of: {', '.join(DEPLOYMENTS)}")

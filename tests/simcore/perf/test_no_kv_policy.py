@@ -1,16 +1,17 @@
 """The no-KV rule of `validate` (``simcore.perf.validation.NO_KV_MEM_FRACTION``, docs/accuracy.md §3.10).
 
 A measured row whose recorded flags leave no KV cache at SGLang's default ``--mem-fraction-static`` cannot be what
-the server ran: SGLang refuses to start without a KV pool (0.5.9 ``model_executor/model_runner.py``
-``init_memory_pool``: "Not enough memory. Please try to increase --mem-fraction-static."). `validate` simulates such
+the server ran: SGLang refuses to start without a KV pool (0.5.9
+``model_executor/model_runner_kv_cache_mixin.py`` ``init_memory_pool``: ``max_total_num_tokens <= 0`` raises "Not
+enough memory. Please try to increase --mem-fraction-static."). `validate` simulates such
 a row at the fraction of InferenceX's launch script for the only such rows in the project's files
 (``dsr1_fp8_b200.sh`` TP4: 0.95), says so in the row's ``assumptions`` and on the CLI, and never where the fraction
 is a recorded flag.
 
 Hand-derived pool of the five B200 fp8 TP4 rows (DeepSeek-R1 fp8, 671B, TP4; ``simcore.memory``'s P/A rule):
 P = 179.0615 GiB (B200) − 0.95 GiB context = 178.1115 GiB; weights 168,246,737,408 B / rank = 156.6920 GiB;
-A = P − 156.6920 − 0.2 GiB load overhead = 21.2195 GiB. At SGLang 0.5.9's default 0.855: A − 0.145·P = −4.61 GiB
-(no KV cache). At 0.95: A − 0.05·P = 12.3139 GiB; a bf16 MLA KV cell is 61 layers × (512 + 64) × 2 B = 70,272 B;
+A = P − 156.6920 − 0.2 GiB load overhead = 21.2195 GiB. At SGLang 0.5.9's default 0.855: A − 0.145·P =
+−4.61 GiB (no KV cache). At 0.95: A − 0.05·P = 12.3139 GiB; a bf16 MLA KV cell is 61 layers × (512 + 64) × 2 B = 70,272 B;
 12.3139 GiB / 70,272 B = 188,154 tokens.
 """
 from __future__ import annotations
