@@ -49,6 +49,28 @@ def test_the_shared_file_has_exactly_five_such_rows_and_none_records_a_fraction(
     assert NO_KV_MEM_FRACTION == 0.95  # InferenceX dsr1_fp8_b200.sh @12ba0ae07, TP4
 
 
+def test_every_row_of_the_shared_file_has_a_kv_pool_and_only_those_five_need_the_rule(shared_dir) -> None:
+    from simcore.gpus import load_gpu
+    from simcore.memory import size_kv_pool
+    from simcore.models import load_model
+    from simcore.settings import ServerSettings, resolve
+
+    needed = []
+    for row in read_rows(shared_dir.joinpath(*SHARED_FILE)):
+        model, gpu = load_model(row.model), load_gpu(row.gpu)
+        flags = dict(row.server_settings, ep_size=row.ep)
+        settings = resolve(ServerSettings(sglang_version=row.sglang_version, tp_size=row.tp, **flags), gpu.memory_bytes)
+        try:
+            size_kv_pool(model, gpu, settings, row.precision)
+        except UserError as exc:
+            assert exc.field == "mem_fraction_static", (row.id, exc)
+            at_rule = resolve(ServerSettings(sglang_version=row.sglang_version, tp_size=row.tp,
+                                             mem_fraction_static=NO_KV_MEM_FRACTION, **flags), gpu.memory_bytes)
+            assert size_kv_pool(model, gpu, at_rule, row.precision).max_total_num_tokens == 188154
+            needed.append(row.id)
+    assert sorted(needed) == sorted(r.id for r in _no_kv_rows(shared_dir))
+
+
 def test_a_no_kv_row_is_simulated_at_the_rule_fraction_and_says_so(shared_dir) -> None:
     row = _short(next(r for r in _no_kv_rows(shared_dir) if r.id == C4_ROW))
     res = simulate_row(row)
