@@ -23,7 +23,6 @@ import pickle
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,17 +33,18 @@ if TYPE_CHECKING:
 else:
     np = LazyNumpy()  # start-up: imported when tables are built, not when they are loaded from the cache
 
+_PACKAGE = Path(__file__).parent  # simcore/perf: its data/ and the sources named in the cache's code digest
 DTYPE_CODES = {"bf16": 0, "fp16": 0, "fp8": 1, "fp8_block": 2, "int4": 3, "nvfp4": 4}
 
 
 def tables_dir_names() -> list[str]:
     """GPUs (aiconfigurator system names) that have vendored measured tables."""
-    root = resources.files("simcore.perf").joinpath("data/tables")
+    root = (_PACKAGE / "data" / "tables")
     return sorted(p.name for p in root.iterdir() if p.is_dir())
 
 
 def _load_npz(gpu: str, name: str) -> dict[str, np.ndarray] | None:
-    f = resources.files("simcore.perf").joinpath(f"data/tables/{gpu}/{name}.npz")
+    f = (_PACKAGE / "data" / "tables" / gpu / f"{name}.npz")
     if not f.is_file():
         return None
     with f.open("rb") as fh:
@@ -279,7 +279,7 @@ def build_tables(gpu: str, drop: dict[str, Any] | None = None) -> GpuTables | No
 def tables_digest(gpu: str) -> str:
     """Content hash of a GPU's vendored table files (name and bytes, in name order)."""
     h = hashlib.sha256()
-    root = resources.files("simcore.perf").joinpath(f"data/tables/{gpu}")
+    root = (_PACKAGE / "data" / "tables" / gpu)
     for f in sorted(root.iterdir(), key=lambda p: p.name):
         if f.name.endswith(".npz"):
             h.update(f.name.encode())
@@ -317,7 +317,7 @@ def use_cache_dir(path: str | Path | None) -> None:
 def _code_digest() -> str:
     h = hashlib.sha256(str(_CACHE_FORMAT).encode())
     for mod in ("tables.py", "interp.py"):
-        h.update(resources.files("simcore.perf").joinpath(mod).read_bytes())
+        h.update((_PACKAGE / mod).read_bytes())
     return h.hexdigest()[:12]
 
 
@@ -451,7 +451,7 @@ def _write_cached(path: Path, tables: GpuTables) -> None:
 def load_tables(gpu: str) -> GpuTables | None:
     """Cached `build_tables` for production use (tables are immutable once built; curves cache lazily), from
     the binary cache when `use_cache_dir` named one."""
-    if _cache_dir is None or not resources.files("simcore.perf").joinpath(f"data/tables/{gpu}/gemm.npz").is_file():
+    if _cache_dir is None or not (_PACKAGE / "data" / "tables" / gpu / "gemm.npz").is_file():
         return build_tables(gpu)
     digest = tables_digest(gpu)
     path = _cache_file(gpu, digest)
