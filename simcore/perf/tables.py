@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-import pickle
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
@@ -26,6 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simcore.perf.interp import Curve, LazyNumpy, LogGrid
+
+try:  # start-up: the C unpickler alone; pickle.py (≈ 5 M instructions to import) only where tables are written
+    from _pickle import loads as _unpickle
+except ImportError:  # pragma: no cover - a Python without the accelerator
+    from pickle import loads as _unpickle
 
 if TYPE_CHECKING:
     import numpy as np
@@ -380,7 +384,7 @@ class _LazyTables(Mapping[str, Any]):
             got = None
             if len(blob) == length and zlib.crc32(blob) == crc:
                 try:
-                    got = pickle.loads(blob)
+                    got = _unpickle(blob)
                 except Exception:  # noqa: BLE001 - any damage: take the table from a rebuild
                     got = None
             if got is None:
@@ -415,7 +419,7 @@ def _read_cached(path: Path, digest: str) -> GpuTables | None:
         if data[:8] != _MAGIC:
             return None
         n = int.from_bytes(data[8:16], "little")
-        head = pickle.loads(data[16:16 + n])
+        head = _unpickle(data[16:16 + n])
         if head.get("format") != _CACHE_FORMAT or head.get("digest") != digest:
             return None
         base = 16 + n
@@ -448,6 +452,8 @@ def _read_cached(path: Path, digest: str) -> GpuTables | None:
 
 
 def _cache_bytes(tables: GpuTables) -> bytes:
+    import pickle
+
     blobs: list[bytes] = []
     offset = 0
     entries: dict[str, dict[str, tuple[int, int, int]]] = {}

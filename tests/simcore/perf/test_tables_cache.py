@@ -68,7 +68,8 @@ def test_a_short_simulation_from_the_cache_imports_no_numpy(tmp_path: Path) -> N
     speculative-decoding and DP-attention modules a plain server does not use, nor ``importlib.metadata``
     (SimPy's ``__version__``: simcore._simpy) or ``importlib.resources`` (the data files are found beside the
     modules) with the email module they pull in; only the process that builds the tables loads zipfile (the
-    ``.npz`` files) and tempfile (the cache's atomic write)."""
+    ``.npz`` files), hashlib (the table files' digests, memoized for the next process), pickle (writing; reading
+    needs only the C unpickler) and tempfile (the cache's atomic write)."""
     import subprocess
     import sys
     code = f"""
@@ -89,7 +90,8 @@ heavy = [m for m in ("pydantic", "pydantic_core", "kafka", "prometheus_client", 
                     "simcore.speculative", "simcore.dp_attention", "importlib.metadata", "importlib.resources",
                     "email") if m in sys.modules]
 assert not heavy, heavy
-print("numpy" in sys.modules, any(m in sys.modules for m in ("zipfile", "tempfile")))  # building: np.load, the write
+building = [m for m in ("zipfile", "tempfile", "hashlib", "pickle") if m in sys.modules]  # np.load, digests, write
+print("numpy" in sys.modules, building == ["zipfile", "tempfile", "hashlib", "pickle"] if building else False)
 """
     root = str(Path(__file__).resolve().parents[3])
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
