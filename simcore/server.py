@@ -35,7 +35,7 @@ try:
     import cython  # compiled (setup.py NATIVE_MODULES): Cython's directives; interpreted: no-ops
 except ImportError:  # no Cython installed
     from simcore import _pure_cython as cython
-import simpy
+from simcore._simpy import simpy
 
 from simcore import server_snapshot as _snap
 from simcore.decode_run import DEFAULT_MAX_REL_SPACING, DecodeRuns, DecodeStepTimes

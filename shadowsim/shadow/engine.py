@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import simpy
+from simcore._simpy import simpy
 
 from simcore.perf.base import BatchShape, GpuTimeScaling, LatencyModel, LinearLatencyModel
 from simcore.errors import UserError
