@@ -35,7 +35,7 @@ try:
     import cython  # compiled (setup.py NATIVE_MODULES): Cython's directives; interpreted: no-ops
 except ImportError:  # no Cython installed
     from simcore import _pure_cython as cython
-import simpy
+from simcore._simpy import simpy
 
 from simcore import server_snapshot as _snap
 from simcore.decode_run import DEFAULT_MAX_REL_SPACING, DecodeRuns, DecodeStepTimes
@@ -402,7 +402,6 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
 
     @cython.locals(self=ServerCore, ch=Req, r=Req, adder=AdderType, tree=RadixCache,
                    node=TreeNode)  # (kv untyped: its bound methods are passed on)
-    @cython.locals(self=ServerCore)
     def _prefill(self, t: float, zombies: list[Req]) -> Batch | None:
         """``_get_new_batch_prefill_raw`` (§2.3) with the PrefillAdder (§2.5); None when nothing is admitted."""
         s = self.settings

@@ -14,9 +14,9 @@ repeated shape costs one dict lookup.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 
+from simcore._sha256 import sha256
 from simcore.frozen_new import frozen_new
 from simcore.models.spec import ModelSpec
 from simcore.perf.base import BatchShape, StepTime
@@ -93,7 +93,7 @@ class StepLatencyModel:
         # backend, the measured tables' bytes.
         digest = getattr(getattr(costs, "tables", None), "digest", "")
         self.profile_hash = (profile.profile_hash if not digest else
-                             hashlib.sha256(f"{profile.profile_hash}:{digest}".encode()).hexdigest()[:12])
+                             sha256(f"{profile.profile_hash}:{digest}".encode()).hexdigest()[:12])
         s = profile.op_scale
         self._k_gemm = s.get("gemm", 1.0)
         self._k_ctx = s.get("context_attention", 1.0)
