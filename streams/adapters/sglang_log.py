@@ -265,9 +265,8 @@ def _text_limit(cls: type, name: str) -> int | None:
 
 class _FastClass:
     """What the fast path needs of one batch event class: its field defaults in schema order, the bounds of the
-    envelope (``ts``, ``instance_id``, ``source``, ``event_id``), of the rank labels and ``forward_iter``."""
-
-    __slots__ = ("cls", "template", "ts_lo", "ts_hi", "id_max", "source_max", "event_id_max", "ranks", "iter_hi")
+    envelope (``ts``, ``instance_id``, ``source``, ``event_id``), of the rank labels and ``forward_iter`` (a C struct
+    when compiled: sglang_log.pxd)."""
 
     def __init__(self, cls: type) -> None:
         fields = cls.model_fields  # type: ignore[attr-defined]
@@ -292,9 +291,18 @@ class _FastClass:
                 self.ranks[n] = (r[1], r[2])
 
 
+class _Field:
+    """One field of a fast plan: the event field, the key's index in the line's form, how its text is read
+    (``_RULE_*``) and its bounds (``lo`` / ``hi`` for floats, ``int_hi`` for ints: their lower bound is 0)."""
+
+    def __init__(self, name: str, group: int, rule: int, lo: float, hi: float, int_hi: int) -> None:
+        self.name, self.group, self.rule, self.lo, self.hi, self.int_hi = name, group, rule, lo, hi, int_hi
+
+
 def _fast_plan(kind: str, keys: tuple[str, ...], fields: dict[str, str]) -> tuple[Any, ...] | None:
     """The fast path's plan of one learned form: (class info, the fields the line sets, in line order with each
-    field's first key only, as ``_batch`` keeps the first, as (field, group, rule, lo, hi)); None when a field has
+    field's first key only, as ``_batch`` keeps the first, as ``_Field``s), the fields it sets, the form's keys; None
+    when a field has
     no rule here or a required field is missing (then the validator and ``_batch`` give their reasons)."""
     info = _FAST_CLASSES.get(kind)
     if info is None:
@@ -310,7 +318,7 @@ def _fast_plan(kind: str, keys: tuple[str, ...], fields: dict[str, str]) -> tupl
             r = _field_rule(info.cls, f)
             if r is None or r[0] != _RULE_FLOAT:
                 return None
-            entries.append((f, i, _RULE_PERCENT, float(r[1]), float(r[2])))
+            entries.append(_Field(f, i, _RULE_PERCENT, float(r[1]), float(r[2]), 0))
             continue
         r = _field_rule(info.cls, f)
         if r is None:
@@ -319,46 +327,46 @@ def _fast_plan(kind: str, keys: tuple[str, ...], fields: dict[str, str]) -> tupl
         if r[0] == _RULE_INT:
             if lo > 0:  # the digits read here are >= 0; another lower bound is the validator's to check
                 return None
-            entries.append((f, i, r[0], 0, min(hi, 10**18 - 1)))
+            entries.append(_Field(f, i, r[0], 0.0, 0.0, min(hi, 10**18 - 1)))
         elif r[0] == _RULE_FLOAT:
-            entries.append((f, i, r[0], float(lo), float(hi)))
+            entries.append(_Field(f, i, r[0], float(lo), float(hi), 0))
         else:
-            entries.append((f, i, r[0], 0.0, 0.0))
+            entries.append(_Field(f, i, r[0], 0.0, 0.0, 0))
     required = _PREFILL_REQUIRED if kind == "prefill_batch" else _DECODE_REQUIRED
     if any(f not in seen for f in required):
         return None
-    return info, tuple(entries), frozenset(("ts", "instance_id", "source", "event_id", *seen))
+    return info, tuple(entries), frozenset(("ts", "instance_id", "source", "event_id", *seen)), keys
 
 
-def _int_text(s: str) -> int:
-    """The value of 1 to 18 ASCII digits, else -1 (what ``int(s)`` and pydantic give for that form)."""
-    n = len(s)
-    if n == 0 or n > 18:
+def _int_span(s: str, a: int, b: int) -> int:
+    """The value of ``s[a:b]`` when it is 1 to 18 ASCII digits, else -1 (what ``int()`` and pydantic give for that
+    form)."""
+    if b <= a or b - a > 18:
         return -1
     v = 0
-    for i in range(n):
-        c = s[i]
+    for i in range(a, b):
+        c = _char(s, i)
         if c < "0" or c > "9":
             return -1
         v = v * 10 + (ord(c) - 48)
     return v
 
 
-def _dec_text(s: str, end: int) -> float:
-    """The value of ``s[:end]`` when it is ASCII digits with at most one ``.`` inside them, at most 15 digits in
-    all, else -1.0: ``float(s[:end])`` and pydantic's float of that text (the digits as an integer below 2**53,
-    divided by an exact power of ten: one correctly rounded IEEE division, as ``float()`` rounds)."""
-    if end == 0 or end > 16:
+def _dec_span(s: str, a: int, b: int) -> float:
+    """The value of ``s[a:b]`` when it is ASCII digits with at most one ``.`` between them, at most 15 digits in
+    all, else -1.0: ``float()`` and pydantic's float of that text (the digits as an integer below 2**53, divided by
+    an exact power of ten: one correctly rounded IEEE division, as ``float()`` rounds)."""
+    if b <= a or b - a > 16:
         return -1.0
     m = 0
     digits = 0
     point = -1
-    for i in range(end):
-        c = s[i]
+    for i in range(a, b):
+        c = _char(s, i)
         if c >= "0" and c <= "9":
             m = m * 10 + (ord(c) - 48)
             digits += 1
-        elif c == "." and point < 0 and i > 0 and i < end - 1:
+        elif c == "." and point < 0 and i > a and i < b - 1:
             point = i
         else:
             return -1.0
@@ -366,82 +374,142 @@ def _dec_text(s: str, end: int) -> float:
         return -1.0
     p = 1.0
     if point >= 0:
-        for j in range(end - 1 - point):
+        for j in range(b - 1 - point):
             p *= 10.0
     return m / p
 
 
-if not cython.compiled:
-    _set_slot = object.__setattr__  # compiled: PyObject_GenericSetAttr (sglang_log.pxd)
+if not cython.compiled:  # compiled: C functions (sglang_log.pxd)
+    _set_slot = object.__setattr__  # PyObject_GenericSetAttr
+
+    def _ascii(s: str) -> bool:
+        return s.isascii()  # PyUnicode_IS_ASCII
+
+    def _new_instance(cls: type) -> Any:
+        return cls.__new__(cls)  # the class's tp_new
+
+    def _char(s: str, i: int) -> str:
+        return s[i]  # PyUnicode_READ, every index checked below the length first
 
 
-def _fast_batch(plan: tuple[Any, ...], values: tuple[str, ...], ts: Any, iid: Any, source: Any, event_id: str,
+def _fast_batch(plan: tuple[Any, ...], body: str, ts: Any, iid: Any, source: Any, event_id: str,
                 ranks: dict[str, int], it: str | None) -> Any:
-    """The event ``_VALIDATORS[kind](data)`` would build from ``_batch``'s ``data`` for a line of this form, or
-    None when any value is not in the form or bounds this reads (the validator then decides; see above)."""
-    info, entries, fields_set = plan
-    if ts.__class__ is not float or not (ts >= info.ts_lo and ts <= info.ts_hi):
+    """The event ``_batch`` would build (``_VALIDATORS[kind](data)``) for a line whose body its learned form
+    (``plan``) reads, or None when the body does not have that form or any value is not in the form or bounds this
+    reads (then ``_batch`` reads the line as before and the validator decides; see above).
+
+    The body is read as the form's ``fullmatch`` reads it (``_shape``: ``\s*K1: ([^,]*)``, ``,\s*Ki: ([^,]*)``
+    for each further key, an optional ``,\s*``, end), which has one way to match: no key starts with whitespace, so
+    each ``\s*`` takes all the whitespace before its key; a value runs to the next comma (a shorter one would leave
+    a non-comma where the form needs a comma or the end). ``\s`` is ``str.isspace`` (sre's Unicode whitespace)."""
+    info, entries, fields_set, keys = plan
+    if ts.__class__ is not float:
         return None
-    if iid.__class__ is not str or len(iid) > info.id_max or not iid.isascii():
+    t = ts
+    if not (t >= info.ts_lo and t <= info.ts_hi):
         return None
-    if source is not None and (source.__class__ is not str or len(source) > info.source_max or not source.isascii()):
+    if iid.__class__ is not str or len(iid) > info.id_max or not _ascii(iid):
         return None
-    if len(event_id) > info.event_id_max or not event_id.isascii():
+    if source is not None and (source.__class__ is not str or len(source) > info.source_max or not _ascii(source)):
+        return None
+    if len(event_id) > info.event_id_max or not _ascii(event_id):
         return None
     d = info.template.copy()
     d["ts"] = ts
     d["instance_id"] = iid
     d["source"] = source
     d["event_id"] = event_id
-    for e in entries:
-        f = e[0]
-        s = values[e[1]]
-        rule = e[2]
+    n = len(body)
+    pos = 0
+    ne = len(entries)
+    k = 0
+    e = entries[0] if ne > 0 else None
+    nxt = e.group if ne > 0 else -1
+    for gi in range(len(keys)):
+        if gi > 0:  # the value before ended at a comma (or at the end: then the form needs more)
+            if pos >= n:
+                return None
+            pos += 1
+        while pos < n:
+            c = _char(body, pos)
+            if not c.isspace():
+                break
+            pos += 1
+        key = keys[gi]
+        kl = len(key)
+        if pos + kl + 2 > n:  # the key and ": "
+            return None
+        for j in range(kl):
+            if _char(body, pos + j) != _char(key, j):
+                return None
+        pos += kl
+        if _char(body, pos) != ":" or _char(body, pos + 1) != " ":
+            return None
+        pos += 2
+        start = pos
+        while pos < n and _char(body, pos) != ",":
+            pos += 1
+        if gi != nxt:
+            continue
+        rule = e.rule
         if rule == 0:  # _RULE_INT
-            n = _int_text(s)
-            if n < 0 or n > e[4]:
+            v = _int_span(body, start, pos)
+            if v < 0 or v > e.int_hi:
                 return None
-            d[f] = n
+            d[e.name] = v
         elif rule == 1:  # _RULE_FLOAT
-            x = _dec_text(s, len(s))
-            if x < 0.0 or x < e[3] or x > e[4]:
+            x = _dec_span(body, start, pos)
+            if x < 0.0 or x < e.lo or x > e.hi:
                 return None
-            d[f] = x
+            d[e.name] = x
         elif rule == 2:  # _RULE_BOOL
-            if s == "True":
-                d[f] = True
-            elif s == "False":
-                d[f] = False
+            if pos - start == 4 and _char(body, start) == "T" and _char(body, start + 1) == "r" \
+                    and _char(body, start + 2) == "u" and _char(body, start + 3) == "e":
+                d[e.name] = True
+            elif pos - start == 5 and _char(body, start) == "F" and _char(body, start + 1) == "a" \
+                    and _char(body, start + 2) == "l" and _char(body, start + 3) == "s" and _char(body, start + 4) == "e":
+                d[e.name] = False
             else:
                 return None
         else:  # _RULE_PERCENT: cache_hit_rate, a percentage before 0.4.x ("12.50%"), as _batch converts it
-            end = len(s)
-            pct = end > 0 and s[end - 1] == "%"
-            x = _dec_text(s, end - 1 if pct else end)
+            pct = pos > start and _char(body, pos - 1) == "%"
+            x = _dec_span(body, start, pos - 1 if pct else pos)
             if x < 0.0:
                 return None
             if pct:
                 x = x / 100.0
-            if x < e[3] or x > e[4]:
+            if x < e.lo or x > e.hi:
                 return None
-            d[f] = x
+            d[e.name] = x
+        k += 1
+        if k < ne:
+            e = entries[k]
+            nxt = e.group
+        else:
+            nxt = -1
+    if pos < n:  # the optional ``,\s*`` at the end, then the end
+        pos += 1
+        while pos < n:
+            c = _char(body, pos)
+            if not c.isspace():
+                return None
+            pos += 1
     fs = set(fields_set)
     if ranks:
         bounds = info.ranks
-        for k, v in ranks.items():
-            b = bounds.get(k)
-            if b is None or v.__class__ is not int or v < b[0] or v > b[1]:
+        for rk, rv in ranks.items():
+            b = bounds.get(rk)
+            if b is None or rv.__class__ is not int or rv < b[0] or rv > b[1]:
                 return None
-            d[k] = v
-            fs.add(k)
+            d[rk] = rv
+            fs.add(rk)
     if it is not None:
-        n = _int_text(it)
-        if n < 0 or n > info.iter_hi:
+        v = _int_span(it, 0, len(it))
+        if v < 0 or v > info.iter_hi:
             return None
-        d["forward_iter"] = n
+        d["forward_iter"] = v
         fs.add("forward_iter")
-    cls = info.cls
-    ev = cls.__new__(cls)
+    ev = _new_instance(info.cls)
     _set_slot(ev, "__dict__", d)
     _set_slot(ev, "__pydantic_fields_set__", fs)
     _set_slot(ev, "__pydantic_extra__", None)
@@ -481,14 +549,13 @@ def _batch(kind: str, body: str, it: str | None, ranks: dict[str, int], ctx: Par
     scratch = ctx.scratch
     # the form of this stream's last line of this kind, when one was learned (_shape; scratch key: the kind)
     shape = scratch.get(kind)
-    m = shape[0].fullmatch(body) if shape is not None else None
     ts, source = ctx.last_ts, ctx.source
-    if m is not None and shape[2] is not None:  # the event without the validator's pass, when every value reads
-        src = source or None
-        ev = _fast_batch(shape[2], m.groups(), ts if ts is not None else ctx.default_ts, ctx.instance_id, src,
+    if shape is not None and shape[2] is not None:  # the event without the validator's pass, when every value reads
+        ev = _fast_batch(shape[2], body, ts if ts is not None else ctx.default_ts, ctx.instance_id, source or None,
                          f"{source or '-'}:{ctx.line_no}", ranks, it)
         if ev is not None:
             return [ev]
+    m = shape[0].fullmatch(body) if shape is not None else None
     prefill = kind == "prefill_batch"
     fields = _PREFILL_FIELDS if prefill else _DECODE_FIELDS
     data: dict[str, Any] = {  # _envelope(ctx, ranks), written out: this runs once per batch line

@@ -52,7 +52,8 @@ def _same(got: Any, want: Any) -> bool:
 
 def _fast_hits(line: str, ctx: ParseContext) -> bool:
     """Whether ``parse_line`` of ``line`` in ``ctx`` (before it runs) would take the fast path and build the event
-    there: a batch line, a learned form that matches its body, a fast plan, every value read (``_fast_batch``)."""
+    there: a batch line, a learned form with a fast plan, its body in that form and every value read
+    (``_fast_batch``)."""
     m = sglang_log._BATCH_LINE.match(line.rstrip("\r\n"))
     if m is None or "\r" in line.rstrip("\r\n") or "\x1b" in line:
         return False
@@ -61,15 +62,14 @@ def _fast_hits(line: str, ctx: ParseContext) -> bool:
     if shape is None or shape[2] is None:
         return False
     body = line.rstrip("\r\n")[m.end():]
-    fm = shape[0].fullmatch(body)
-    if fm is None or len(body) > sglang_log.MAX_BATCH_BODY_CHARS:
+    if len(body) > sglang_log.MAX_BATCH_BODY_CHARS:
         return False
     probe = ParseContext(source=ctx.source, instance_id=ctx.instance_id, line_no=ctx.line_no + 1)
     sglang_log._batch_line(line.rstrip("\r\n"), probe)  # sets probe.last_ts as parse_line will
     ts = probe.last_ts
     src = ctx.source or None
     ranks = (sglang_log._TAGS_CACHE.get(m.group(4)) or sglang_log._ranks_of(m.group(4))) if m.group(4) else {}
-    return sglang_log._fast_batch(shape[2], fm.groups(), ts, ctx.instance_id, src,
+    return sglang_log._fast_batch(shape[2], body, ts, ctx.instance_id, src,
                                   f"{ctx.source or '-'}:{ctx.line_no + 1}", ranks, m.group(6)) is not None
 
 
@@ -196,7 +196,7 @@ def test_fast_batch_refuses_exactly_what_the_validator_refuses_on_mutated_lines(
 
 
 def test_the_text_readers_equal_int_float_and_pydantic() -> None:
-    """``_int_text`` / ``_dec_text`` on random numeric text: where they read a value it is ``int()`` / ``float()``
+    """``_int_span`` / ``_dec_span`` on random numeric text: where they read a value it is ``int()`` / ``float()``
     of the text, and pydantic's lax int / float of it; where they refuse, the text is outside their plain form."""
     rng = random.Random(31)
     as_int = pydantic.TypeAdapter(int).validate_python
@@ -205,13 +205,13 @@ def test_the_text_readers_equal_int_float_and_pydantic() -> None:
     for _ in range(60_000):
         n = rng.randint(0, 20)
         s = "".join(rng.choice("0123456789" if rng.random() < 0.9 else "0123456789.-+_e %\u0663 ") for _ in range(n))
-        i = sglang_log._int_text(s)
+        i = sglang_log._int_span(s, 0, len(s))
         if i >= 0:
             read_int += 1
             assert s.isascii() and s.isdigit() and len(s) <= 18 and i == int(s) == as_int(s), s
         else:
             assert not (s.isascii() and s.isdigit() and 0 < len(s) <= 18), s
-        x = sglang_log._dec_text(s, len(s))
+        x = sglang_log._dec_span(s, 0, len(s))
         if x >= 0.0:
             read_float += 1
             assert type(x) is float and x == float(s) == as_float(s), s
