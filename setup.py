@@ -18,12 +18,14 @@ from setuptools import setup
 # The one list of compiled modules (dotted names; the source is the module's .py). Add a module here only where a
 # benchmark shows it pays (python benchmarks/bench_loop.py 3 --against main), with identical results.
 NATIVE_MODULES: tuple[str, ...] = (
+    "simcore.frozen_new",
     "simcore.radix_cache",
     "simcore.kv_cache",
     "simcore.scheduler",
     "simcore.server_state",
     "simcore.server_results",
     "simcore.decode_run",
+    "simcore.server_core",
     "simcore.server",
     "simcore.perf.step",
     # the ingest decoder (issue 11): the batch-line parser, the log-line header, the consumer's partition loop

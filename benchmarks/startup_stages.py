@@ -3,7 +3,8 @@
 Each stage is a fresh interpreter that runs the child's steps up to that one and exits; the instructions each one
 executes are counted by valgrind's callgrind (``Ir``: user-space instructions, the same whatever else the machine
 runs, unlike CPU seconds on a shared machine), and the difference between two stages is what that step costs.
-Stages: the interpreter and site; the benchmark's own imports (json, pathlib); ``import simpy``; ``import
+Stages: the interpreter and site; the benchmark's own imports (json, pathlib); SimPy as simcore imports it
+(``simcore._simpy``, with the ``simcore`` package); ``import
 simcore.engine`` with what it imports; the child's other imports; model and GPU specs; settings and KV pool
 sizing; the latency model (tables from the binary cache, the model's GEMM curves); reading the trace; the
 simulation; the results. The table cache must be warm (run the child once first: the command does).
@@ -23,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TRACE = (REPO / ".." / "shared" / "data" / "mooncake" / "conversation_trace.jsonl").resolve()
 
-STAGES = ("interpreter and site", "benchmark imports (json, pathlib)", "import simpy",
+STAGES = ("interpreter and site", "benchmark imports (json, pathlib)", "simcore and SimPy (simcore._simpy)",
           "import simcore.engine (and what it imports)", "the child's other imports", "model and GPU specs",
           "settings and KV pool sizing", "latency model (cached tables, GEMM curves)", "reading the trace",
           "simulation", "results")
@@ -40,7 +41,7 @@ stop(0)
 import json
 from pathlib import Path
 stop(1)
-import simpy
+from simcore._simpy import simpy
 stop(2)
 from simcore.engine import simulate
 stop(3)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import simpy
+from simcore._simpy import simpy
 
 from simcore.request import RequestSpec
 from simcore.settings import _version_tuple

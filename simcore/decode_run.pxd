@@ -5,6 +5,7 @@
 import cython
 from simcore.kv_cache cimport KVCache
 from simcore.server_state cimport Batch, Req
+from simcore.server_core cimport ServerCore
 
 cdef class DecodeStepTimes:
     cdef public object latency
@@ -32,3 +33,4 @@ cpdef tuple plan_run(DecodeStepTimes times, long rows, object graph_bs, long sum
 @cython.locals(n=Py_ssize_t, m=Py_ssize_t, e=double, c=double, gaps=list)
 cpdef tuple decode_gaps(list ends, list cpu, bint overlap, double floor, double last, double detokenize_s,
                         bint vectorize=*)
+from simcore.frozen_new cimport frozen_new

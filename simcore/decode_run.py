@@ -36,14 +36,17 @@ try:
     import cython  # compiled (setup.py NATIVE_MODULES): Cython's directives; interpreted: no-ops
 except ImportError:  # no Cython installed
     from simcore import _pure_cython as cython
+from simcore.frozen_new import frozen_new
 from simcore.kv_cache import KVCache
 from simcore.perf.base import BatchShape, LatencyModel
+from simcore.server_core import ServerCore
 from simcore.server_state import Batch, Req
 
 if TYPE_CHECKING:
     import numpy as np
 
 # Default knot spacing of the interpolated step times: at most this fraction of Σkv (docs/architecture.md).
+SHAPE_FIELDS: tuple[str, ...] = BatchShape.__match_args__  # (frozen_new)
 DEFAULT_MAX_REL_SPACING = 1.0 / 128
 _KNOT_MEMO_LIMIT = 500_000
 FIRST_BLOCK = 8    # steps priced first; each further block doubles (a run rarely needs all it may take)
@@ -94,7 +97,7 @@ class DecodeStepTimes:
 
     def price(self, rows: int, graph_bs: int | None, sum_kv: int) -> tuple[float, float]:
         """(gpu_s, cpu_s) of one decode step, from the model."""
-        st = self.latency.step_time(BatchShape((), (), rows, sum_kv, (), graph_bs))
+        st = self.latency.step_time(frozen_new(BatchShape, SHAPE_FIELDS, ((), (), rows, sum_kv, (), graph_bs)))
         return st.gpu_s, st.cpu_s
 
     def _knot(self, rows: int, graph_bs: int | None, x: int) -> tuple[float, float]:
@@ -334,7 +337,7 @@ class DecodeRuns:
     MIN_DECODE_RUN = 3    # iterations below which the plain loop is as cheap
     MAX_DECODE_RUN = 4096  # iterations priced per run at most (a longer stretch is several runs)
 
-    @cython.locals(prev=Batch, last_b=Batch, due=Batch, kv=KVCache, req=Req)
+    @cython.locals(self=ServerCore, prev=Batch, last_b=Batch, due=Batch, kv=KVCache, req=Req)
     def _decode_run(self, t: float) -> bool:
         """Do the iterations from ``t`` on at once while each would build the same plain decode batch; False
         (nothing done) when fewer than ``MIN_DECODE_RUN`` qualify.

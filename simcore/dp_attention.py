@@ -43,7 +43,7 @@ import heapq
 from collections import deque
 from typing import Any, Callable, Protocol, Sequence
 
-import simpy
+from simcore._simpy import simpy
 
 from simcore.errors import UserError
 from simcore.perf.base import BatchShape, StepTime, has_pure_step_time

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol, Sequence
 
-import simpy
+from simcore._simpy import simpy
 
 from simcore.perf.base import LatencyModel
 from simcore.request import RequestSpec

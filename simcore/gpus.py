@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 
 from simcore.frozen_model import ConfigDict, FrozenModel
 
@@ -59,7 +59,7 @@ def _norm(name: str) -> str:
 
 @lru_cache(maxsize=1)
 def _catalogue() -> dict[str, GpuSpec]:
-    raw = json.loads(resources.files("simcore.perf").joinpath("data/gpus.json").read_text())
+    raw = json.loads((Path(__file__).parent / "perf" / "data" / "gpus.json").read_text())
     return {g["name"]: GpuSpec(**g) for g in raw["gpus"]}
 
 

@@ -255,6 +255,21 @@ def dp_attention_weight_bytes_per_rank(model: "ModelSpec", precision: str, tp: i
     return int(rest / tp + (attention + embedding) / attn_tp)
 
 
+def mem_fraction_static_of(model: "ModelSpec", gpu: "GpuSpec", settings: ServerSettings) -> float:
+    """The ``mem_fraction_static`` a server runs with: the flag when given, else SGLang's default for the version
+    (the TP table up to `LAST_TP_TABLE_VERSION`, `default_mem_fraction_static` after)."""
+    s = resolve(settings, gpu.memory_bytes)
+    if s.mem_fraction_static is not None:
+        return s.mem_fraction_static
+    if _version_tuple(s.sglang_version) <= LAST_TP_TABLE_VERSION:
+        return tp_table_mem_fraction(s.tp_size)
+    return default_mem_fraction_static(
+        gpu.memory_bytes, mem_fraction_family(s.sglang_version), s.tp_size, s.chunked_prefill_size,
+        s.cuda_graph_max_bs or 160, pp_size=s.pp_size, max_prefill_tokens=s.max_prefill_tokens, is_mla=model.is_mla,
+        disable_cuda_graph=s.disable_cuda_graph, speculative=s.speculative_algorithm is not None,
+        dp_attention=s.enable_dp_attention, dp_size=s.dp_size)
+
+
 def size_kv_pool(model: "ModelSpec", gpu: "GpuSpec", settings: ServerSettings,
                  precision: str | None = None) -> KVPoolSizing:
     """Size the KV pool of ``model`` served on ``gpu`` with ``settings`` (resolved for the GPU first)."""
@@ -267,15 +282,7 @@ def size_kv_pool(model: "ModelSpec", gpu: "GpuSpec", settings: ServerSettings,
     kv_bytes = kv_dtype_bytes(s.kv_cache_dtype, "bf16" if model.dtype in ("auto",) else model.dtype)
     # per-rank cell: the attention-TP split of KV heads; PP splits layers evenly. DeepSeek-V3.2 adds its indexer keys.
     cell = (model.kv_cell_bytes(attn_tp, 1) * kv_bytes + model.indexer_cell_bytes()) / s.pp_size
-    frac = s.mem_fraction_static
-    if frac is None and _version_tuple(s.sglang_version) <= LAST_TP_TABLE_VERSION:
-        frac = tp_table_mem_fraction(s.tp_size)
-    if frac is None:
-        frac = default_mem_fraction_static(
-            gpu.memory_bytes, mem_fraction_family(s.sglang_version), s.tp_size, s.chunked_prefill_size,
-            s.cuda_graph_max_bs or 160, pp_size=s.pp_size, max_prefill_tokens=s.max_prefill_tokens, is_mla=model.is_mla,
-            disable_cuda_graph=s.disable_cuda_graph, speculative=s.speculative_algorithm is not None,
-            dp_attention=dp_att, dp_size=s.dp_size)
+    frac = mem_fraction_static_of(model, gpu, s)
     tokens = max_total_num_tokens(gpu.memory_bytes, weights, cell, frac, s.page_size, s.max_total_tokens)
     ctx = s.context_length or model.context_length
     reqs = max_running_requests(tokens, ctx, s.max_running_requests, s.dp_attention_ranks, s.family)

@@ -5,3 +5,6 @@
 from simcore.kv_cache cimport KVCache
 from simcore.radix_cache cimport RadixCache, TreeNode
 from simcore.server_state cimport Batch, Req
+from simcore.server_core cimport ServerCore
+from simcore.decode_run cimport DecodeStepTimes
+from simcore.frozen_new cimport frozen_new

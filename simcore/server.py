@@ -35,11 +35,12 @@ try:
     import cython  # compiled (setup.py NATIVE_MODULES): Cython's directives; interpreted: no-ops
 except ImportError:  # no Cython installed
     from simcore import _pure_cython as cython
-import simpy
+from simcore._simpy import simpy
 
 from simcore import server_snapshot as _snap
 from simcore.decode_run import DEFAULT_MAX_REL_SPACING, DecodeRuns, DecodeStepTimes
 from simcore.errors import SimulatedServerFailure
+from simcore.frozen_new import frozen_new
 from simcore.kv_cache import KVCache
 from simcore.memory import max_running_requests as _derive_max_running
 from simcore.perf.base import BatchShape, LatencyModel, has_pure_step_time
@@ -50,6 +51,7 @@ from simcore.rng import LazyGenerator
 from simcore.scheduler import (AddResult, NewTokenRatio, PrefillAdder, order_waiting, preemption_victims,
                                retraction_order)
 from simcore.server_results import ResultProcessor
+from simcore.server_core import ServerCore
 from simcore.server_state import Batch, Req, ReservationSum
 from simcore.settings import ServerSettings, resolve
 
@@ -59,6 +61,7 @@ if TYPE_CHECKING:  # start-up: a plain server never loads speculative decoding (
 WAITING_PREFIX_REFRESH_INTERVAL = 32   # §2.4: scheduling passes between two refreshes
 WAITING_PREFIX_REFRESH_MAX_QUEUE = 128  # §2.4: waiting requests touched per refresh
 RECV_SKIPPER_WEIGHT_OTHER = 1000  # SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DEFAULT (0.5.9 environ.py): non-decode passes
+SHAPE_FIELDS: tuple[str, ...] = BatchShape.__match_args__  # (frozen_new)
 LATE = 2  # SimPy priority: URGENT=0, NORMAL=1; our wake-ups run after every same-time event
 
 
@@ -79,7 +82,7 @@ def next_graph_bs(graph_bs: Sequence[int], bs: int) -> int | None:
     return graph_bs[bisect.bisect_left(graph_bs, bs)]
 
 
-class Server(ResultProcessor, DecodeRuns):
+class Server(ServerCore, ResultProcessor, DecodeRuns):
     """One SGLang server (one TP group). ``submit(req)`` returns an event that succeeds with the
     :class:`RequestRecord` when the request finishes; ``on_finish`` (optional) is called with it as well."""
 
@@ -194,7 +197,7 @@ class Server(ResultProcessor, DecodeRuns):
         self.proc = env.process(self._run()) if _start else None
 
     # ---- public -------------------------------------------------------------------------------------
-    @cython.locals(req=Req)
+    @cython.locals(self=ServerCore, req=Req)
     def submit(self, spec: RequestSpec, at_s: float | None = None) -> simpy.Event:
         """Queue ``spec``; it reaches the scheduler at ``arrival_s + tokenize_s`` (not before the submission time
         ``at_s``, default ``env.now``), later when the serial tokenizer stage (``tokenizer_s_per_*`` settings) is
@@ -238,6 +241,7 @@ class Server(ResultProcessor, DecodeRuns):
         return len(self.waiting)
 
     # ---- helpers ------------------------------------------------------------------------------------
+    @cython.locals(self=ServerCore)
     def _push_pending(self, req: Req, at: float) -> None:
         self.seq += 1
         req.ingest_s = at
@@ -246,16 +250,18 @@ class Server(ResultProcessor, DecodeRuns):
     def _late(self, delay: float) -> simpy.Event:
         return late_event(self.env, delay)
 
+    @cython.locals(self=ServerCore)
     def _ceil(self, n: int) -> int:
         p = self.page
         return -(-n // p) * p
 
+    @cython.locals(self=ServerCore)
     def _pad(self, bs: int) -> int | None:
         """Decode CUDA-graph batch size (§6.1): next captured size, None (eager) above the largest."""
         return next_graph_bs(self.graph_bs, bs)
 
     # ---- the loop -----------------------------------------------------------------------------------
-    @cython.locals(batch=Batch, prev=Batch, req=Req, kv=KVCache, due=Batch)
+    @cython.locals(self=ServerCore, batch=Batch, prev=Batch, req=Req, kv=KVCache, due=Batch)
     def _run(self):  # noqa: C901 - the scheduler loop reads best in one place
         env = self.env
         # first iteration (or the one a restored server resumes with) runs after same-time submits
@@ -348,6 +354,7 @@ class Server(ResultProcessor, DecodeRuns):
                 yield self._late(self.t - now)
                 now = env.now
 
+    @cython.locals(self=ServerCore)
     def _recv_due(self) -> bool:
         """``SchedulerRecvSkipper.handle(last_forward_mode)``, once per pass: add the weight of the batch the previous
         pass launched (decode or none: 1; prefill or mixed: 1000, ``SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_*``) and
@@ -359,7 +366,7 @@ class Server(ResultProcessor, DecodeRuns):
         return True
 
     # ---- scheduling (get_next_batch_to_run, §2.2) ---------------------------------------------------
-    @cython.locals(ch=Req, batch=Batch)
+    @cython.locals(self=ServerCore, ch=Req, batch=Batch)
     def _schedule(self, t: float) -> Batch | None:
         ch = self.chunked
         if ch is not None:  # stash_chunked_request: the chunk just computed enters the tree, lock moves
@@ -382,7 +389,7 @@ class Server(ResultProcessor, DecodeRuns):
     def _group(self, r: Req) -> int:
         return 1 if (self.family == "0.5.23" and r.ignore_eos) else 0
 
-    @cython.locals(r=Req, tree=RadixCache, node=TreeNode)
+    @cython.locals(self=ServerCore, r=Req, tree=RadixCache, node=TreeNode)
     def _match(self, r: Req, t: float, capped: bool = True) -> None:
         """Admission's match (capped at ``len − 1``) or, ``capped=False``, the scheduling pass's (whole fill)."""
         # kv.match (capped at fill − 1) / kv.match_full, without building a MatchResult
@@ -393,6 +400,7 @@ class Server(ResultProcessor, DecodeRuns):
         r.last_node = node
 
     @cython.locals(ch=Req, r=Req)  # (kv untyped: its bound methods are passed on)
+    @cython.locals(self=ServerCore)
     def _prefill(self, t: float, zombies: list[Req]) -> Batch | None:
         """``_get_new_batch_prefill_raw`` (§2.3) with the PrefillAdder (§2.5); None when nothing is admitted."""
         s = self.settings
@@ -406,14 +414,16 @@ class Server(ResultProcessor, DecodeRuns):
             self.batch_is_full = True
             return None
         kv = self.kv
-        pol = order_waiting(self.waiting, s, self.rng, lambda r: self._match(r, t, capped=False))
+        match = self._match  # (closures over bound methods and the dicts, not over self: Cython's typed self)
+        pol = order_waiting(self.waiting, s, self.rng, lambda r: match(r, t, capped=False))
         if self.refresh_on and self.waiting and pol in ("fcfs", "lof", "random"):
             self._touch_waiting(t)
         mixed = s.enable_mixed_chunk and s.chunking_enabled
         ratio = self.ratio.current
+        decoding, awaiting = self.decoding, self.awaiting_result  # (mutated in place only)
         adder = PrefillAdder(s, kv.available, kv.lock, kv.unlock, self.res.value(ratio), ratio,
                              running_bs if mixed else 0, self.family,
-                             running=lambda: (*self.decoding.values(), *self.awaiting_result.values()))
+                             running=lambda: (*decoding.values(), *awaiting.values()))
         ch = self.chunked
         if ch is not None:
             self.chunked = adder.add_chunked_req(ch, ch.fill_target - ch.extend_end)
@@ -481,7 +491,7 @@ class Server(ResultProcessor, DecodeRuns):
             preempted.append(v)
         return True
 
-    @cython.locals(kv=KVCache, b=Batch, r=Req)
+    @cython.locals(self=ServerCore, kv=KVCache, b=Batch, r=Req)
     def _launch_prefill(self, t: float, adder: PrefillAdder, zombies: list[Req], mixed: bool) -> Batch:
         kv = self.kv
         self.bid += 1
@@ -536,10 +546,10 @@ class Server(ResultProcessor, DecodeRuns):
             b.prefill_done.append(r)
             r.out_len_base += 1  # the forward of the last chunk samples the next token
             self._after_token(r, b)
-        b.shape = BatchShape(tuple(ext_lens), tuple(pre_lens), num_dec, sum_kv, (), None)
+        b.shape = frozen_new(BatchShape, SHAPE_FIELDS, (tuple(ext_lens), tuple(pre_lens), num_dec, sum_kv, (), None))
         return b
 
-    @cython.locals(r=Req, b=Batch)
+    @cython.locals(self=ServerCore, r=Req, b=Batch)
     def _after_token(self, r: Req, b: Batch) -> None:
         """``r`` just had a token launched in ``b`` (outside the lazy decode set): join the decoding set or start finishing."""
         r.last_bid = b.bid
@@ -560,7 +570,7 @@ class Server(ResultProcessor, DecodeRuns):
         self.seq += 1
         heapq.heappush(self.fin_heap, (r.launches_base + r.output_len - r.out_len_base, self.seq, r.rid, r.ver))
 
-    @cython.locals(r=Req, b=Batch)
+    @cython.locals(self=ServerCore, r=Req, b=Batch)
     def _to_finishing(self, r: Req, b: Batch) -> None:
         r.state = "finishing"
         r.held = self._ceil(r.input_len + r.out_len_base - 1)
@@ -573,7 +583,7 @@ class Server(ResultProcessor, DecodeRuns):
         if self.overlap and r.eos:
             self.zombies.append(r)  # EOS is only seen after the next batch was built (§2.1)
 
-    @cython.locals(r=Req)
+    @cython.locals(self=ServerCore, r=Req)
     def _leave_r(self, r: Req) -> None:
         self.res.remove(r)
         out = r.out_len
@@ -583,6 +593,7 @@ class Server(ResultProcessor, DecodeRuns):
         del self.decoding[r.rid]
         self.sum_kv -= r.input_len + out
 
+    @cython.locals(self=ServerCore)
     def _decode_need(self, zombies: list[Req]) -> int:
         """KV slots one decode step allocates: one per row (a new page for rows at a page boundary)."""
         if self.page == 1:
@@ -592,7 +603,7 @@ class Server(ResultProcessor, DecodeRuns):
         n += sum(1 for z in zombies if (z.input_len + z.out_len_base - 1) % p == 0)
         return n * p
 
-    @cython.locals(b=Batch, kv=KVCache, z=Req)
+    @cython.locals(self=ServerCore, b=Batch, kv=KVCache, z=Req)
     def _launch_decode_rows(self, b: Batch, zombies: list[Req], need: int) -> tuple[int, int]:
         """Allocate and launch one decode row per running request (+ EOS zombie rows). Returns (rows, Σkv)."""
         kv = self.kv
@@ -620,7 +631,7 @@ class Server(ResultProcessor, DecodeRuns):
         self._pop_finishers(b)
         return nrows, sum_kv
 
-    @cython.locals(b=Batch, r=Req)
+    @cython.locals(self=ServerCore, b=Batch, r=Req)
     def _pop_finishers(self, b: Batch) -> None:
         """Requests whose last token decode batch ``b`` (just launched, ``launch_counter`` already advanced) computes."""
         G = self.launch_counter[0]
@@ -634,7 +645,7 @@ class Server(ResultProcessor, DecodeRuns):
             r.last_bid = b.bid
             self._to_finishing(r, b)
 
-    @cython.locals(kv=KVCache, b=Batch, r=Req)
+    @cython.locals(self=ServerCore, kv=KVCache, b=Batch, r=Req)
     def _decode(self, t: float, zombies: list[Req]) -> Batch | None:
         """``update_running_batch`` (§2.7): memory check, retraction, ratio update, one token per request."""
         kv = self.kv
@@ -696,6 +707,7 @@ class Server(ResultProcessor, DecodeRuns):
             self.ratio.current = NewTokenRatio.after_retract(
                 [r.out_len for r in rem], [r.max_new for r in rem], self.settings.retract_decode_steps)
 
+    @cython.locals(self=ServerCore)
     def _new_decode_batch(self, retracted: list[str]) -> Batch:
         self.bid += 1
         b = Batch(self.bid, "decode")
@@ -775,6 +787,7 @@ class Server(ResultProcessor, DecodeRuns):
         b.shape = BatchShape((), (), len(rows), sum_kv_before, (), self._pad(len(rows)))
         return b
 
+    @cython.locals(self=ServerCore)
     def _retract(self, r: Req, t: float) -> None:
         """Retraction (§2.7): ``release_req``, then back to the tail of the waiting queue."""
         self._release(r, t)
@@ -782,6 +795,7 @@ class Server(ResultProcessor, DecodeRuns):
         self.batch_is_full = False
         self.waiting.append(r)
 
+    @cython.locals(self=ServerCore)
     def _release(self, r: Req, t: float) -> None:
         """``release_req``: free private KV (no insert), unlock, evict ``remaining × 20``, reset for retract."""
         if r.launches_base < self.last_decode_apply_g:  # its last token came with the last applied decode step

@@ -2,3 +2,5 @@
 # @cython.locals declarations name. The .py runs unchanged without it.
 from simcore.kv_cache cimport KVCache
 from simcore.server_state cimport Batch, Req
+from simcore.server_core cimport ServerCore
+from simcore.frozen_new cimport frozen_new

@@ -9,9 +9,13 @@ try:
     import cython  # compiled (setup.py NATIVE_MODULES): Cython's directives; interpreted: no-ops
 except ImportError:  # no Cython installed
     from simcore import _pure_cython as cython
+from simcore.frozen_new import frozen_new
 from simcore.kv_cache import KVCache
 from simcore.results import RequestRecord
+from simcore.server_core import ServerCore
 from simcore.server_state import Batch, Req
+
+RECORD_FIELDS: tuple[str, ...] = RequestRecord.__match_args__  # (frozen_new)
 
 
 class ResultProcessor:
@@ -21,7 +25,7 @@ class ResultProcessor:
     ``res``, ``itl_vals``/``itl_w``, ``last_decode_apply(_g)``, ``detokenize_s``, ``on_finish``, ``env``.
     """
 
-    @cython.locals(b=Batch, r=Req, kv=KVCache)
+    @cython.locals(self=ServerCore, b=Batch, r=Req, kv=KVCache)
     def _apply(self, b: Batch, t: float) -> None:
         # state changes now (t); the client sees the tokens at emit_t, never before earlier batches' tokens
         base = b.emit_s if b.emit_s > self.emit_floor else self.emit_floor
@@ -66,21 +70,22 @@ class ResultProcessor:
             self._finish(r, emit_t, aborted=r.abort_error is not None)
             self.batch_is_full = False
 
+    @cython.locals(self=ServerCore)
     def _itl(self, v: float, w: int) -> None:
         """One inter-token gap ``v`` (s) shared by ``w`` tokens."""
         self.itl_vals.append(v)
         self.itl_w.append(w)
 
-    @cython.locals(r=Req)
+    @cython.locals(self=ServerCore, r=Req)
     def _finish(self, r: Req, t: float, aborted: bool) -> None:
         r.state = "done"
         first = r.first_token_s if r.first_token_s is not None else t
         out = r.out_len_base if not aborted else max(r.out_len_base, 0)
-        rec = RequestRecord(
-            rid=r.rid, arrival_s=r.spec.arrival_s, input_len=r.spec.input_len, output_len=out,
-            cached_tokens=r.cached_tokens, first_token_s=first, finish_s=t, ttft_s=first - r.spec.arrival_s,
-            tpot_s=(t - first) / (out - 1) if out > 1 else None, e2e_s=t - r.spec.arrival_s,
-            queue_time_s=r.queue_time_s, num_retractions=r.num_retractions, aborted=aborted)
+        # RequestRecord(rid=..., arrival_s=..., ..., aborted=...), its fields in order (simcore.frozen_new)
+        rec = frozen_new(RequestRecord, RECORD_FIELDS, (
+            r.rid, r.spec.arrival_s, r.spec.input_len, out, r.cached_tokens, first, t, first - r.spec.arrival_s,
+            (t - first) / (out - 1) if out > 1 else None, t - r.spec.arrival_s, r.queue_time_s, r.num_retractions,
+            aborted))
         self.records.append(rec)
         del self.reqs[r.rid]
         if not self.signal_finishes:  # nobody waits on finish events (Server docstring): the record is all
@@ -90,7 +95,8 @@ class ResultProcessor:
             # the client sees it later (detokenize_s, or an abort decided while the loop runs ahead of
             # env.now): signal it at its own time; kept in the snapshot until then
             self.deferred.append((t, rec))
-            self._late(t - self.env.now).callbacks.append(lambda _e: self._signal_deferred(rec))
+            signal = self._signal_deferred  # (a closure over the bound method, not over Cython's typed self)
+            self._late(t - self.env.now).callbacks.append(lambda _e: signal(rec))
         else:
             self._signal(rec)
 
@@ -105,7 +111,7 @@ class ResultProcessor:
         if ev is not None and not ev.triggered:
             ev.succeed(rec)
 
-    @cython.locals(r=Req)
+    @cython.locals(self=ServerCore, r=Req)
     def _abort(self, r: Req, t: float) -> None:
         """A request that cannot fit even alone ("Out of memory even after retracting")."""
         if r.node is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any
 
-import simpy
+from simcore._simpy import simpy
 
 from simcore.kv_cache import KVCache
 from simcore.perf.base import LatencyModel

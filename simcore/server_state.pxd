@@ -77,3 +77,4 @@ cdef class ReservationSum:
     cpdef remove(self, Req r)
     @cython.locals(r=Req, heap=list, drop=list)
     cpdef advance(self, object G, object steps, dict reqs)
+from simcore.frozen_new cimport frozen_new

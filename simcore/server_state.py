@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 from typing import Any, Callable
 
+from simcore.frozen_new import frozen_new
 from simcore.kv_cache import KVCache
 from simcore.perf.base import BatchShape
 from simcore.request import RequestSpec
@@ -128,6 +129,7 @@ def output_key(base: int, n: int) -> tuple[int, ...]:
 
 _EMPTY: Any = ()
 _NO_SHAPE = BatchShape()
+SHAPE_FIELDS: tuple[str, ...] = BatchShape.__match_args__  # (frozen_new)
 
 
 class Batch:
@@ -160,7 +162,8 @@ class Batch:
     def shape(self) -> BatchShape:
         sh = self._shape
         if sh is None:
-            sh = self._shape = BatchShape((), (), self.dec_rows, self.dec_sum_kv, (), self.dec_graph)
+            sh = self._shape = frozen_new(BatchShape, SHAPE_FIELDS, ((), (), self.dec_rows, self.dec_sum_kv, (),
+                                                                   self.dec_graph))
         return sh
 
     @shape.setter

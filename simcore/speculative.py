@@ -3,7 +3,8 @@
 One speculative decode iteration of a running batch of ``bs`` requests (SGLang ``speculative/eagle_worker*.py``):
 
 1. **draft**: ``speculative_num_steps`` forward passes of the draft model (an EAGLE head, or DeepSeek's NextN/MTP
-   layer: one decoder layer plus the LM head), each over ``bs × speculative_eagle_topk`` tokens;
+   layer: one decoder layer plus the LM head, after the input projection that fuses the token embedding with
+   the target's hidden state, `DraftInputProjection`), each over ``bs × speculative_eagle_topk`` tokens;
 2. **verify**: one target-model forward over ``bs × speculative_num_draft_tokens`` tokens, each request's draft
    tree attending over its KV (``TARGET_VERIFY``), priced as an extend of ``num_draft_tokens`` per request;
 3. **draft extend**: the draft model re-runs over the accepted tokens to refresh its hidden states.
@@ -123,6 +124,58 @@ class SpeculativeConfig:
                                             cuda_graph_bs=graph(self.num_steps + 1)))
         gpu = (self.num_steps - 1) * draft_step.gpu_s + verify.gpu_s + extend.gpu_s
         return StepTime(gpu, verify.cpu_s)
+
+
+class DraftInputProjection:
+    """The draft model's forwards with its input projection: ``inner`` prices the draft decoder layer and the LM
+    head (`draft_model_spec`), this adds the GEMM that fuses the token embedding with the target's hidden state
+    before the layer, over every token of every draft forward (extend after the target's prefill, each draft
+    decode step, the draft extend after verify). SGLang 0.5.9: DeepSeek's NextN layer
+    ``models/deepseek_nextn.py`` ``DeepseekModelNextN.__init__``: ``self.eh_proj = nn.Linear(2 * hidden_size,
+    hidden_size, bias=False)``, applied in ``forward`` to ``cat(enorm(embeds), hnorm(spec_info.hidden_states))``
+    whenever the batch has tokens; the EAGLE heads' ``fc`` (``models/llama_eagle.py``, ``models/qwen2_eagle.py``:
+    ``torch.nn.Linear(hidden_size * 2, hidden_size)``). A plain ``nn.Linear``: bf16 (not quantized with the
+    checkpoint) and replicated on every TP rank (not a parallel linear), so each rank computes the whole
+    ``tokens × 2h → h`` GEMM (the GEMM table at n = h, k = 2h, bf16, scaled by the profile's gemm factor). A
+    CUDA-graph step computes its padded rows. EAGLE3's ``fc`` (3h → h on the target's hidden states only,
+    ``models/llama_eagle3.py``) is not priced here.
+
+    Every other attribute is the inner model's (the DP-attention and live-shadow paths read them)."""
+
+    def __init__(self, inner: LatencyModel, hidden: int, in_features: int, gemm_scale: float,
+                 curve: Callable[[float], float]) -> None:
+        self.inner = inner
+        self.hidden = hidden
+        self.in_features = in_features
+        self.gemm_scale = gemm_scale
+        self._curve = curve  # milliseconds at m tokens
+
+    def projection_s(self, tokens: int) -> float:
+        """Seconds of the input projection over ``tokens`` rows (0 for none)."""
+        return self.gemm_scale * self._curve(tokens) * 1e-3 if tokens > 0 else 0.0
+
+    def step_time(self, shape: BatchShape) -> StepTime:
+        st = self.inner.step_time(shape)
+        if shape.mode == "idle":
+            return st
+        graph = shape.cuda_graph_bs is not None and not shape.extend_lens
+        rows = shape.cuda_graph_bs if graph else shape.num_decode
+        return StepTime(st.gpu_s + self.projection_s(shape.num_extend_tokens + rows), st.cpu_s)
+
+    def __getattr__(self, name: str):  # only reached for attributes this wrapper does not define
+        return getattr(self.inner, name)
+
+
+def with_input_projection(draft: LatencyModel, target: "ModelSpec", algorithm: str) -> LatencyModel:
+    """``draft`` with its `DraftInputProjection` where it is priced from GEMM tables or the roofline (a
+    `simcore.perf.step.StepLatencyModel`: ``costs.gemm_curve``) and the draft is an EAGLE head or a NextN layer
+    (2h → h on every forward); unchanged otherwise (EAGLE3, the live shadow's linear twins)."""
+    costs = getattr(draft, "costs", None)
+    profile = getattr(draft, "profile", None)
+    if algorithm.upper() == "EAGLE3" or costs is None or not hasattr(costs, "gemm_curve") or profile is None:
+        return draft
+    h = target.hidden_size
+    return DraftInputProjection(draft, h, 2 * h, profile.scale("gemm"), costs.gemm_curve(h, 2 * h, "bf16"))
 
 
 def draft_model_spec(target: "ModelSpec", algorithm: str) -> "ModelSpec":
@@ -327,10 +380,11 @@ def build_speculative(settings: "ServerSettings", model: "ModelSpec", target: La
                       build_draft: "Callable[[ModelSpec], LatencyModel]", seed: int = 0) -> SpeculativeDecoding | None:
     """The `SpeculativeDecoding` of a server with ``--speculative-algorithm`` (None without): the config from
     the flags, the draft model (`draft_model_spec`) priced by ``build_draft`` (the target's latency builder, so
-    the draft runs on the same GPUs, TP and precision), the acceptance from ``--speculative-accept-length``."""
+    the draft runs on the same GPUs, TP and precision) with its input projection (`with_input_projection`), the
+    acceptance from ``--speculative-accept-length``."""
     config = SpeculativeConfig.from_settings(settings, model.architecture)
     if config is None:
         return None
-    draft = build_draft(draft_model_spec(model, config.algorithm))
+    draft = with_input_projection(build_draft(draft_model_spec(model, config.algorithm)), model, config.algorithm)
     return SpeculativeDecoding(config, target, draft, acceptance_for(config, settings.speculative_accept_length),
                                seed)

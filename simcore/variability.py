@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-import simpy
+from simcore._simpy import simpy
 
 from simcore.perf.base import BatchShape, GpuTimeScaling, LatencyModel
 from simcore.request import RequestSpec

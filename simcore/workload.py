@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Iterable, Protocol, Sequence, Union
 
-import simpy
+from simcore._simpy import simpy
 
 from simcore.errors import UserError
 from simcore.request import RequestSpec

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -241,6 +240,8 @@ def _parse_azure_ts(s: str) -> float:
     if "." in s:
         head, frac = s.split(".", 1)
         s = f"{head}.{frac[:6]}"
+    from datetime import datetime, timezone  # start-up: only Azure traces carry dates
+
     return datetime.fromisoformat(s).replace(tzinfo=timezone.utc).timestamp()
 
 

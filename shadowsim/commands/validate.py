@@ -20,7 +20,9 @@ all start together. bench_serving: SGLang's random dataset with the version's le
 --random-range-ratio, Poisson at request_rate (or all at once, with concurrency as --max-concurrency). poisson
 (default with a request_rate): Poisson arrivals with the row's length_dist. Rows that cannot be simulated
 (unknown model or GPU, no workload, an `unsupported` reason in the file) are listed as skipped with the reason;
-they never stop the run (DP-attention rows are simulated: simcore/dp_attention.py). A bad server_args flag is a
+they never stop the run (DP-attention rows are simulated: simcore/dp_attention.py). A measured row whose recorded
+flags leave no KV cache at SGLang's default --mem-fraction-static is simulated at --no-kv-mem-fraction (0.95) and
+printed under "assumption:" (docs/accuracy.md §3.10); --no-kv-mem-fraction off skips it. A bad server_args flag is a
 one-line error naming the row and the flag. See docs/accuracy.md §3.1, §3.8.
 
 Examples:
@@ -103,6 +105,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="as-deployed = each row's server_args (else --server-args, else SGLang's defaults); "
                              "defaults = ignore them, SGLang's defaults for every row; flags = ignore them, "
                              "--server-args for every row (to compare deployments)")
+    parser.add_argument("--no-kv-mem-fraction", default=None, metavar="F|off",
+                        help="a row whose recorded flags leave no KV cache at SGLang's default "
+                             "--mem-fraction-static, though it is measured (so the server ran), is simulated at "
+                             "this fraction and lists it among its assumptions (default 0.95: the fraction of "
+                             "InferenceX's launch script for the only such rows, docs/accuracy.md §3.10); off: "
+                             "skip such rows")
     parser.add_argument("--variability", default="off", choices=("off", "measured"),
                         help="random parts of a real run: measured = step-time jitter, run-to-run kernel factor "
                              "and client/network delays of docs/accuracy.md 3.7 (default off)")
@@ -164,6 +172,18 @@ def read_rows(path: str | Path) -> list[Any]:
         raise UserError("MEASUREMENTS", f"{p} is not a text CSV file", "give a CSV in the validation format") from None
 
 
+def _no_kv_fraction(text: str | None, default: float | None) -> float | None:
+    """``--no-kv-mem-fraction``: a fraction, ``off`` (None), or absent (the protocol's default)."""
+    if text is None:
+        return default
+    if text.strip().lower() == "off":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise UserError("--no-kv-mem-fraction", f"{text!r} is neither a fraction nor off", "e.g. 0.95 or off") from None
+
+
 def _fmt(v: Any, nd: int = 1) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
 
@@ -188,7 +208,8 @@ def run(args: argparse.Namespace) -> int:
         client=args.client,
         warmup_barrier=not args.no_warmup_barrier, server_args=args.server_args,
         deployment=args.deployment,
-        variability=Variability.measured() if args.variability == "measured" else None)
+        variability=Variability.measured() if args.variability == "measured" else None,
+        no_kv_mem_fraction=_no_kv_fraction(args.no_kv_mem_fraction, defaults.no_kv_mem_fraction))
     rows = select_rows(args.measurements, read_rows(args.measurements), args.only)
     profile = CalibrationProfile.load(args.profile) if args.profile else None
 
@@ -277,6 +298,12 @@ def _print_tables(out: dict[str, Any]) -> None:
     if warned:
         print(f"warning: {len(warned)} row(s) move in lockstep waves in the simulation (lockstep index >= 0.5):"
               f" {', '.join(str(r['id']) for r in warned[:6])}{' ...' if len(warned) > 6 else ''}")
+    assumed = [r for r in out["rows"] if r.get("assumptions")]
+    if assumed:
+        print(f"assumption: {len(assumed)} row(s) simulated with a setting their file does not record:")
+        for r in assumed:
+            for a in r["assumptions"]:
+                print(f"  {r['id']}: {a}")
     print()
     iv = out.get("intervals") or {}
     extra = f" {'MAPE p5–p95 over ' + str(len(out.get('seeds', []))) + ' seeds':>28}" if iv else ""

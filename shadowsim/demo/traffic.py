@@ -22,7 +22,7 @@ from importlib import resources
 from typing import Any
 
 import numpy as np
-import simpy
+from simcore._simpy import simpy
 
 from simcore.events import (Event, ForwardPass, MetricsSnapshot, RequestArrived, RequestFinished,
                             RequestFirstToken, ServerConfig)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from simcore.errors import UserError
 from simcore.models.spec import ModelSpec
+
+_PACKAGE = Path(__file__).parent  # simcore/models: configs/ and not_modelled.json
 
 DENSE = {"llama", "mistral", "qwen2", "qwen3", "mimo", "qwen3_vl_text", "qwen3_vl", "gemma3", "gemma3_text"}
 MOE = {"qwen3_moe", "mixtral", "qwen2_moe", "qwen3_vl_moe", "qwen3_vl_moe_text", "gpt_oss", "glm4_moe"}
@@ -150,7 +151,7 @@ def spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
 def _catalogue() -> dict[str, str]:
     """Lower-cased HF id → file name of every shipped config."""
     out: dict[str, str] = {}
-    for f in resources.files("simcore.models").joinpath("configs").iterdir():
+    for f in (_PACKAGE / "configs").iterdir():
         if f.name.endswith("_config.json"):
             out[f.name.removesuffix("_config.json").replace("--", "/").lower()] = f.name
     return out
@@ -185,7 +186,7 @@ def _alias_index() -> dict[str, str]:
 @lru_cache(maxsize=1)
 def not_modelled() -> dict[str, str]:
     """Lower-cased HF id → why a widely served model is not in the catalogue (``not_modelled.json``)."""
-    raw = json.loads(resources.files("simcore.models").joinpath("not_modelled.json").read_text())
+    raw = json.loads((_PACKAGE / "not_modelled.json").read_text())
     return dict(raw["models"])
 
 
@@ -200,7 +201,7 @@ def _canonical(hf_lower: str) -> str:
 
 @lru_cache(maxsize=256)
 def _load_catalogued(hf_lower: str) -> ModelSpec:
-    text = resources.files("simcore.models").joinpath("configs", _catalogue()[hf_lower]).read_text()
+    text = (_PACKAGE / "configs" / _catalogue()[hf_lower]).read_text()
     return spec_from_config(json.loads(text), _canonical(hf_lower))
 
 

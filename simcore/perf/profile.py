@@ -11,12 +11,12 @@ updated one observation at a time (see simcore.perf.calibrate).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 from simcore.frozen_model import ConfigDict, Field, FieldError, FrozenModel
 
+from simcore._sha256 import sha256
 from simcore.errors import UserError
 
 # Factors added after the first profiles were written; 0.0 (their default) leaves a profile's hash unchanged.
@@ -96,7 +96,7 @@ class CalibrationProfile(FrozenModel):
             if payload.get(late) in (0.0, {}):
                 payload.pop(late)
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        return sha256(text.encode()).hexdigest()[:12]
 
     def for_version(self, sglang_version: str) -> "CalibrationProfile":
         """The profile as it applies to a server of ``sglang_version``: ``gpu_per_req_s`` and

@@ -14,9 +14,10 @@ repeated shape costs one dict lookup.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 
+from simcore._sha256 import sha256
+from simcore.frozen_new import frozen_new
 from simcore.models.spec import ModelSpec
 from simcore.perf.base import BatchShape, StepTime
 from simcore.perf.costs import RooflineCosts, TableCosts
@@ -27,6 +28,7 @@ from simcore.perf.sliding_window import window_decode_kv, window_extend_sq
 
 # Kernels per layer that are not GEMMs or attention (norms, RoPE, activation, KV store, qk-norm).
 _EW_KERNELS = 5
+STEP_TIME_FIELDS: tuple[str, ...] = StepTime.__match_args__  # (simcore.frozen_new)
 MEMO_LIMIT = 200_000  # entries kept at most by each memo here and in DpAttentionLatency (then cleared)
 
 # SGLang's attention dispatch for MLA models in an extend (prefill or mixed) batch, sglang 0.5.9
@@ -91,7 +93,7 @@ class StepLatencyModel:
         # backend, the measured tables' bytes.
         digest = getattr(getattr(costs, "tables", None), "digest", "")
         self.profile_hash = (profile.profile_hash if not digest else
-                             hashlib.sha256(f"{profile.profile_hash}:{digest}".encode()).hexdigest()[:12])
+                             sha256(f"{profile.profile_hash}:{digest}".encode()).hexdigest()[:12])
         s = profile.op_scale
         self._k_gemm = s.get("gemm", 1.0)
         self._k_ctx = s.get("context_attention", 1.0)
@@ -134,9 +136,9 @@ class StepLatencyModel:
         if hit is not None:
             return hit
         sh, c, L = self.shapes, self.costs, self.shapes.num_layers
-        gemm_ms = sum(cv(m) for cv in self._attn_curves) * L
-        gemm_ms += sum(cv(m) for cv in self._dense_curves) * sh.num_dense_layers
-        gemm_ms += sum(cv(m) for cv in self._shared_curves) * sh.num_moe_layers
+        gemm_ms = sum([cv(m) for cv in self._attn_curves]) * L
+        gemm_ms += sum([cv(m) for cv in self._dense_curves]) * sh.num_dense_layers
+        gemm_ms += sum([cv(m) for cv in self._shared_curves]) * sh.num_moe_layers
         gemm_s = gemm_ms * 1e-3
         hidden_bytes = m * sh.hidden * 2.0
         # Two all-reduces per layer (after O and after the MLP) plus one after the vocab-parallel embedding.
@@ -185,9 +187,9 @@ class StepLatencyModel:
         sh = self.shapes
         n = len(extend)
         if prefix and any(prefix):
-            sq = sum(e * (e + 2.0 * p) for e, p in zip(extend, prefix))
+            sq = sum([e * (e + 2.0 * p) for e, p in zip(extend, prefix)])
         else:
-            sq = sum(e * e for e in extend)
+            sq = sum([e * e for e in extend])
         s_rms = math.sqrt(sq / n)
         if sh.is_mla:
             kv = sum(extend) + sum(prefix)
@@ -278,7 +280,7 @@ class StepLatencyModel:
         # host_s and _dense_part's memo look-up, inlined: this is the hot path of every new step shape
         cpu = prof.cpu_base_s + prof.cpu_per_req_s * n_req + prof.cpu_per_token_s * ext_tokens
         if n_req == 0:
-            return StepTime(0.0, cpu)
+            return frozen_new(StepTime, STEP_TIME_FIELDS, (0.0, cpu))
         graph = shape.cuda_graph_bs is not None and n_ext == 0
         bs = shape.cuda_graph_bs if graph else shape.num_decode
         m = ext_tokens + bs
@@ -320,7 +322,7 @@ class StepLatencyModel:
             gpu = self.eager_floor_s
         if extend:  # per-version cost of an extend (eager) forward beyond the tables (profile.extend_s_per_layer)
             gpu += self.shapes.num_layers * prof.extend_s_per_layer
-        return StepTime(gpu + (prof.step_overhead_s + prof.gpu_per_req_s * n_req), cpu)
+        return frozen_new(StepTime, STEP_TIME_FIELDS, (gpu + (prof.step_overhead_s + prof.gpu_per_req_s * n_req), cpu))
 
     # ---- the two halves of a step under DP attention (simcore/dp_attention.py) ------------------------------------
     def attention_side_s(self, shape: BatchShape, bs: int, graph: bool) -> float:
@@ -341,7 +343,7 @@ class StepLatencyModel:
         if hit is not None:
             return hit
         sh, c, L = self.shapes, self.costs, self.shapes.num_layers
-        gemm_s = sum(cv(m) for cv in self._attn_curves) * L * 1e-3
+        gemm_s = sum([cv(m) for cv in self._attn_curves]) * L * 1e-3
         comm_s = L * c.allreduce_s(m * sh.hidden * 2.0, self.tp, graph) if self.tp > 1 else 0.0
         total = self._k_gemm * gemm_s + self._k_comm * comm_s + self._k_ew * self._layer_elementwise_s(m)
         if len(self._attention_dense_memo) >= MEMO_LIMIT:  # bounded in a long live run, as the whole-step memo
@@ -361,8 +363,8 @@ class StepLatencyModel:
         if hit is not None:
             return hit
         sh = self.shapes
-        gemm_ms = sum(cv(tokens) for cv in self._dense_curves) * sh.num_dense_layers
-        gemm_ms += sum(cv(tokens) for cv in self._shared_curves) * sh.num_moe_layers
+        gemm_ms = sum([cv(tokens) for cv in self._dense_curves]) * sh.num_dense_layers
+        gemm_ms += sum([cv(tokens) for cv in self._shared_curves]) * sh.num_moe_layers
         total = (self._k_gemm * (gemm_ms * 1e-3 + self._head_s(logits)) + self._k_moe * self._moe_layers_s(tokens)
                  + self._k_ew * self._head_elementwise_s(tokens, logits))
         if len(self._mlp_memo) >= MEMO_LIMIT:  # bounded in a long live run, as the whole-step memo
@@ -377,7 +379,7 @@ class StepLatencyModel:
         graph = shape.cuda_graph_bs is not None and not shape.extend_lens
         bs = shape.cuda_graph_bs if graph else shape.num_decode
         m = shape.num_extend_tokens + bs
-        gemm = (sum(cv(m) for cv in self._attn_curves) * L + sum(cv(m) for cv in self._dense_curves)
+        gemm = (sum([cv(m) for cv in self._attn_curves]) * L + sum([cv(m) for cv in self._dense_curves])
                 * sh.num_dense_layers) * 1e-3
         out = {
             "gemm": gemm,

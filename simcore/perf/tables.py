@@ -16,35 +16,38 @@ for one op shape (the model's n and k are fixed, only the token count varies).
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import os
-import pickle
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simcore.perf.interp import Curve, LazyNumpy, LogGrid
+
+try:  # start-up: the C unpickler alone; pickle.py (≈ 5 M instructions to import) only where tables are written
+    from _pickle import loads as _unpickle
+except ImportError:  # pragma: no cover - a Python without the accelerator
+    from pickle import loads as _unpickle
 
 if TYPE_CHECKING:
     import numpy as np
 else:
     np = LazyNumpy()  # start-up: imported when tables are built, not when they are loaded from the cache
 
+_PACKAGE = Path(__file__).parent  # simcore/perf: its data/ and the sources named in the cache's code digest
 DTYPE_CODES = {"bf16": 0, "fp16": 0, "fp8": 1, "fp8_block": 2, "int4": 3, "nvfp4": 4}
 
 
 def tables_dir_names() -> list[str]:
     """GPUs (aiconfigurator system names) that have vendored measured tables."""
-    root = resources.files("simcore.perf").joinpath("data/tables")
+    root = (_PACKAGE / "data" / "tables")
     return sorted(p.name for p in root.iterdir() if p.is_dir())
 
 
 def _load_npz(gpu: str, name: str) -> dict[str, np.ndarray] | None:
-    f = resources.files("simcore.perf").joinpath(f"data/tables/{gpu}/{name}.npz")
+    f = (_PACKAGE / "data" / "tables" / gpu / f"{name}.npz")
     if not f.is_file():
         return None
     with f.open("rb") as fh:
@@ -278,8 +281,10 @@ def build_tables(gpu: str, drop: dict[str, Any] | None = None) -> GpuTables | No
 
 def tables_digest(gpu: str) -> str:
     """Content hash of a GPU's vendored table files (name and bytes, in name order)."""
+    import hashlib  # start-up: a process that finds its digests memoized (`_digests`) hashes nothing here
+
     h = hashlib.sha256()
-    root = resources.files("simcore.perf").joinpath(f"data/tables/{gpu}")
+    root = (_PACKAGE / "data" / "tables" / gpu)
     for f in sorted(root.iterdir(), key=lambda p: p.name):
         if f.name.endswith(".npz"):
             h.update(f.name.encode())
@@ -315,14 +320,49 @@ def use_cache_dir(path: str | Path | None) -> None:
 
 @lru_cache(maxsize=1)
 def _code_digest() -> str:
+    import hashlib
+
     h = hashlib.sha256(str(_CACHE_FORMAT).encode())
     for mod in ("tables.py", "interp.py"):
-        h.update(resources.files("simcore.perf").joinpath(mod).read_bytes())
+        h.update((_PACKAGE / mod).read_bytes())
     return h.hexdigest()[:12]
 
 
-def _cache_file(gpu: str, digest: str) -> Path | None:
-    return None if _cache_dir is None else _cache_dir / f"tables-{gpu}-{digest}-{_code_digest()}.pickle"
+def _cache_file(gpu: str, digest: str, code_digest: str | None = None) -> Path | None:
+    code = code_digest if code_digest is not None else _code_digest()
+    return None if _cache_dir is None else _cache_dir / f"tables-{gpu}-{digest}-{code}.pickle"
+
+
+# The two digests that name a cache file cost a SHA-256 over the GPU's 0.6 MB of table files and the two
+# sources in every process (≈ 20 M instructions under valgrind, ≈ 1 ms with the reads). A small memo beside the
+# cache keeps them per *file signature*: name, size, inode and the modification and status-change times (ns) of
+# each table file and source. A rewritten file always gets a new status-change time (no copy or checkout tool
+# can set it), so a changed file is hashed again; only the signature's own files are trusted this way.
+def _file_signature(gpu: str) -> str:
+    parts = [f"format {_CACHE_FORMAT}"]
+    files = sorted((f for f in (_PACKAGE / "data" / "tables" / gpu).iterdir() if f.name.endswith(".npz")),
+                   key=lambda p: p.name)
+    for f in [*files, _PACKAGE / "tables.py", _PACKAGE / "interp.py"]:
+        st = f.stat()
+        parts.append(f"{f.name} {st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}")
+    return "; ".join(parts)
+
+
+def _digests(gpu: str) -> tuple[str, str]:
+    """``(tables_digest(gpu), _code_digest())``, from the memo in the cache folder when it was written for the
+    files' present signature; otherwise computed and the memo (re)written."""
+    assert _cache_dir is not None
+    signature = _file_signature(gpu)
+    memo = _cache_dir / f"digests-{gpu}-{zlib.crc32(signature.encode()):08x}.txt"
+    try:
+        saved, digest, code = memo.read_text().split("\n")[:3]
+        if saved == signature and len(digest) == len(code) == 12:
+            return digest, code
+    except (OSError, ValueError):  # missing, unreadable or cut short: compute
+        pass
+    digest, code = tables_digest(gpu), _code_digest()
+    _write_atomic(memo, f"{signature}\n{digest}\n{code}\n".encode())
+    return digest, code
 
 
 class _LazyTables(Mapping[str, Any]):
@@ -344,7 +384,7 @@ class _LazyTables(Mapping[str, Any]):
             got = None
             if len(blob) == length and zlib.crc32(blob) == crc:
                 try:
-                    got = pickle.loads(blob)
+                    got = _unpickle(blob)
                 except Exception:  # noqa: BLE001 - any damage: take the table from a rebuild
                     got = None
             if got is None:
@@ -379,7 +419,7 @@ def _read_cached(path: Path, digest: str) -> GpuTables | None:
         if data[:8] != _MAGIC:
             return None
         n = int.from_bytes(data[8:16], "little")
-        head = pickle.loads(data[16:16 + n])
+        head = _unpickle(data[16:16 + n])
         if head.get("format") != _CACHE_FORMAT or head.get("digest") != digest:
             return None
         base = 16 + n
@@ -412,6 +452,8 @@ def _read_cached(path: Path, digest: str) -> GpuTables | None:
 
 
 def _cache_bytes(tables: GpuTables) -> bytes:
+    import pickle
+
     blobs: list[bytes] = []
     offset = 0
     entries: dict[str, dict[str, tuple[int, int, int]]] = {}
@@ -430,6 +472,10 @@ def _cache_bytes(tables: GpuTables) -> bytes:
 
 
 def _write_cached(path: Path, tables: GpuTables) -> None:
+    _write_atomic(path, _cache_bytes(tables))
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
     """Atomically (write a uniquely named sibling, rename): concurrent writers never mix their bytes and readers
     never see half a file. Errors are ignored: a cache that cannot be written only costs the build next time."""
     import tempfile
@@ -437,7 +483,6 @@ def _write_cached(path: Path, tables: GpuTables) -> None:
     tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = _cache_bytes(tables)
         fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -451,10 +496,10 @@ def _write_cached(path: Path, tables: GpuTables) -> None:
 def load_tables(gpu: str) -> GpuTables | None:
     """Cached `build_tables` for production use (tables are immutable once built; curves cache lazily), from
     the binary cache when `use_cache_dir` named one."""
-    if _cache_dir is None or not resources.files("simcore.perf").joinpath(f"data/tables/{gpu}/gemm.npz").is_file():
+    if _cache_dir is None or not (_PACKAGE / "data" / "tables" / gpu / "gemm.npz").is_file():
         return build_tables(gpu)
-    digest = tables_digest(gpu)
-    path = _cache_file(gpu, digest)
+    digest, code = _digests(gpu)
+    path = _cache_file(gpu, digest, code)
     assert path is not None
     cached = _read_cached(path, digest)
     if cached is not None:

@@ -24,6 +24,9 @@ TTFT; ``measured_itl_p50_ms``: median inter-token latency over all token gaps of
 ``measured_output_tokens_per_s``: output tokens / benchmark duration; ``measured_e2e_ms``: mean end-to-end
 latency, used instead of the TTFT + TPOT derivation when given). These are compared only where a row has them.
 
+A measured row whose recorded flags leave no KV cache at SGLang's default ``--mem-fraction-static`` (the server could
+not have started so) runs at `NO_KV_MEM_FRACTION` and lists that in its ``assumptions`` (docs/accuracy.md §3.10).
+
 Benchmark protocol (docs/accuracy.md §3.1 gives the sources): the one aiconfigurator generates for its SGLang
 deployments (``bench_run.sh``: aiperf, chat endpoint, streaming, ``ignore_eos``, zero length spread):
 
@@ -98,6 +101,15 @@ OPTIONAL_METRICS = ("ttft_p50", "itl_p50", "output_tps")
 _MEASURED_COLUMN = {"ttft": "ttft_ms", "tpot": "tpot_ms", "throughput": "throughput_rps", "e2e": "e2e_ms",
                     "ttft_p50": "ttft_p50_ms", "itl_p50": "itl_p50_ms", "output_tps": "output_tokens_per_s"}
 _RID = "req-"
+# Rows whose recorded flags leave no KV cache although the row's measurements prove the server ran (SGLang refuses to
+# start without one: 0.5.9 ``model_executor/model_runner_kv_cache_mixin.py`` ``init_memory_pool`` raises "Not enough
+# memory. Please try to increase --mem-fraction-static"): the record is incomplete, the operator raised the fraction.
+# Such a row is simulated at this ``--mem-fraction-static`` and says so in its ``assumptions``: the value of the
+# public launch script of the only such rows in the project's files (InferenceX
+# ``benchmarks/single_node/dsr1_fp8_b200.sh`` @12ba0ae07, TP4: ``--mem-fraction-static 0.95``; docs/accuracy.md
+# §3.10). Applied only where the fraction was SGLang's default (not a recorded flag) and the rule's fraction is
+# larger; `Protocol.no_kv_mem_fraction` = None skips such rows.
+NO_KV_MEM_FRACTION = 0.95
 
 
 @dataclass(frozen=True)
@@ -380,6 +392,8 @@ class Protocol:
     # ignored); flags: server_args for every row (column ignored)
     deployment: str = "as-deployed"
     variability: Variability | None = None  # None / off: the deterministic simulator (docs/accuracy.md §3.7)
+    # the fraction a row whose recorded flags leave no KV cache is simulated at (`NO_KV_MEM_FRACTION`); None: skip it
+    no_kv_mem_fraction: float | None = NO_KV_MEM_FRACTION
 
     def __post_init__(self) -> None:
         if self.requests_per_client < 1:
@@ -399,6 +413,9 @@ class Protocol:
                             f"use one of: {', '.join(LENGTH_DISTS)}")
         if self.client is not None and self.client not in CLIENTS:
             raise UserError("--client", f"unknown client {self.client!r}", f"use one of: {', '.join(CLIENTS)}")
+        if self.no_kv_mem_fraction is not None and not (0.0 < self.no_kv_mem_fraction < 1.0):
+            raise UserError("--no-kv-mem-fraction",
+                            f"must be a fraction in (0, 1) or off, got {self.no_kv_mem_fraction:g}")
         if self.deployment not in DEPLOYMENTS:
             raise UserError("--deployment", f"unknown deployment {self.deployment!r}",
                             f"use one of: {', '.join(DEPLOYMENTS)}")
@@ -489,13 +506,46 @@ def _workload(row: Row, p: Protocol, seed: int) -> tuple[Any, int, str]:
     return OpenLoop(float(row.request_rate or 1.0), n, prompt, output, seed, rid_prefix=_RID), 0, "poisson"
 
 
+def _no_kv_fallback(exc: UserError, row: Row, p: Protocol, flags: dict[str, Any],
+                    settings_of: Callable[[dict[str, Any]], Any], model: Any, gpu: Any,
+                    precision: str) -> tuple[Any, Any, str]:
+    """The `NO_KV_MEM_FRACTION` policy: (settings, KV pool, the assumption as one line) for a row whose recorded
+    flags leave no KV cache; re-raises ``exc`` where the policy does not apply (off, a recorded fraction, no
+    measurement, or the rule's fraction is no larger or leaves no KV cache either)."""
+    from simcore.memory import size_kv_pool
+
+    frac = p.no_kv_mem_fraction
+    measured = any(row.measured.get(m) is not None for m in METRICS)
+    if exc.field != "mem_fraction_static" or frac is None or "mem_fraction_static" in flags or not measured:
+        raise exc
+    from simcore.memory import mem_fraction_static_of
+
+    was = mem_fraction_static_of(model, gpu, settings_of(flags))
+    if frac <= was:
+        raise exc
+    why = str(exc).removeprefix(f"{exc.field}: ").removesuffix(f" ({exc.hint})" if exc.hint else "")
+    settings = settings_of(dict(flags, mem_fraction_static=frac))
+    try:
+        pool = size_kv_pool(model, gpu, settings, precision)
+    except UserError as again:
+        raise UserError("mem_fraction_static", f"{why} at the default {was:.3f}, and at the no-KV rule's "
+                        f"--mem-fraction-static {frac:g} too") from again
+    return settings, pool, (
+        f"--mem-fraction-static {frac:g} assumed (NO_KV_MEM_FRACTION, docs/accuracy.md §3.10): the recorded flags "
+        f"leave no KV cache at SGLang's default {was:.3f} ({why}) but the row is measured, so the server ran; "
+        f"{pool.max_total_num_tokens} KV tokens at {frac:g}")
+
+
 def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend: str = "auto",
                  seed: int = 0, protocol: Protocol | None = None,
-                 observer: Callable[[StepRecord], None] | None = None) -> RowResult:
+                 observer: Callable[[StepRecord], None] | None = None,
+                 moe_routing: str = "power_law") -> RowResult:
     """Run the row's benchmark in the simulator. Raises UserError when the model/GPU/precision is unknown.
 
     ``observer`` receives every forward pass's `StepRecord` (simcore.engine.simulate), e.g. for
-    `simcore.perf.decode_split`."""
+    `simcore.perf.decode_split`. ``moe_routing``: the MoE tables' routing distribution for rows with expert
+    parallelism or multi-node TP (`simcore.perf.moe_parallel.ParallelLayout.routing`; ``power_law``, the
+    default, or ``balanced``: a sensitivity case, validation/moe_routing_test.py)."""
     from simcore.benchmark_clients import lockstep_index
     from simcore.engine import simulate
     from simcore.frozen_model import FieldError
@@ -518,23 +568,31 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
         flags["ep_size"] = row.ep
     if row.dp_attention > 1 and "dp_size" not in flags:  # the column: --enable-dp-attention --dp-size N
         flags.update(dp_size=row.dp_attention, enable_dp_attention=True)
-    try:
-        settings = resolve(ServerSettings(sglang_version=row.sglang_version, tp_size=row.tp,
+    def settings_of(fields: dict[str, Any]) -> ServerSettings:
+        try:
+            return resolve(ServerSettings(sglang_version=row.sglang_version, tp_size=row.tp,
                                           output_path_s_per_step=p.output_path_s_per_step,
                                           output_path_s_per_token=p.output_path_s_per_token,
                                           tokenizer_s_per_request=p.tokenizer_s_per_request,
-                                          tokenizer_s_per_token=tokenizer_s_per_token(row, p), **flags),
+                                          tokenizer_s_per_token=tokenizer_s_per_token(row, p), **fields),
                            gpu.memory_bytes)
-    except FieldError as exc:
-        err = exc.errors()[0]
-        raise UserError("server_args", f"row {row.id}: {flags_text}: {err['msg']}") from None
-    pool = size_kv_pool(model, gpu, settings, precision)
+        except FieldError as exc:
+            err = exc.errors()[0]
+            raise UserError("server_args", f"row {row.id}: {flags_text}: {err['msg']}") from None
+
+    settings = settings_of(flags)
+    assumptions: list[str] = []
+    try:
+        pool = size_kv_pool(model, gpu, settings, precision)
+    except UserError as exc:
+        settings, pool, assumption = _no_kv_fallback(exc, row, p, flags, settings_of, model, gpu, precision)
+        assumptions.append(assumption)
     from simcore.perf.profile import default_profile
 
     profile = (profile if profile is not None else default_profile()).for_version(settings.sglang_version)
     latency = build_latency_model(model, gpu, row.tp, precision, backend=backend, profile=profile,
                                   kv_cache_dtype=settings.kv_cache_dtype,
-                                  parallel=ParallelLayout.from_settings(settings, gpu))
+                                  parallel=ParallelLayout.from_settings(settings, gpu, routing=moe_routing))
     if settings.enable_dp_attention:  # simcore.dp_attention: attention per rank, MLP/MoE on the gathered tokens
         from simcore.dp_attention import build_dp_attention_latency
 
@@ -546,7 +604,7 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
     # speculative decoding (--speculative-* in server_args): the draft priced on the same GPUs, TP, precision
     speculative = build_speculative(settings, model, latency, lambda m: build_latency_model(
         m, gpu, row.tp, precision, backend=backend, profile=profile, kv_cache_dtype=settings.kv_cache_dtype,
-        parallel=ParallelLayout.from_settings(settings, gpu)), seed)
+        parallel=ParallelLayout.from_settings(settings, gpu, routing=moe_routing)), seed)
     if speculative is not None:  # it prices the steps: target + draft
         latency = speculative
         if settings.enable_dp_attention:  # every rank's draft + verify in lockstep (simcore.dp_attention)
@@ -585,7 +643,7 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
     extra: dict[str, Any] = {
         "predicted_ttft_p10_ms": p10, "predicted_ttft_p50_ms": p50, "predicted_ttft_p90_ms": p90,
         "predicted_output_tokens_per_s": out_tps,
-        "lockstep_index": None, "warnings": [], "client": client,
+        "lockstep_index": None, "warnings": [], "assumptions": assumptions, "client": client,
         "deployment": f"as deployed: {flags_text}" if flags_text else (
             "SGLang defaults (server_args ignored)" if row.server_args else "SGLang defaults (no server_args)"),
         "server_args_source": None if flags_text is None else (

@@ -64,8 +64,12 @@ def test_moe_columns_survive_the_cache(cache: Path) -> None:
 def test_a_short_simulation_from_the_cache_imports_no_numpy(tmp_path: Path) -> None:
     """Start-up: with the tables cached, loading them, building the latency model and simulating 100 requests
     (decode runs included) imports no numpy (~0.1 s of CPU); the first process, which builds them, does. Neither
-    imports pydantic (~0.1 s: the settings and specs are simcore.frozen_model records), any I/O stack, nor the
-    speculative-decoding and DP-attention modules a plain server does not use."""
+    imports pydantic (~0.1 s: the settings and specs are simcore.frozen_model records), any I/O stack, the
+    speculative-decoding and DP-attention modules a plain server does not use, nor ``importlib.metadata``
+    (SimPy's ``__version__``: simcore._simpy) or ``importlib.resources`` (the data files are found beside the
+    modules) with the email module they pull in; only the process that builds the tables loads zipfile (the
+    ``.npz`` files), hashlib (the table files' digests, memoized for the next process), pickle (writing; reading
+    needs only the C unpickler) and tempfile (the cache's atomic write)."""
     import subprocess
     import sys
     code = f"""
@@ -83,14 +87,16 @@ reqs = [RequestSpec(f"r{{i}}", 0.05 * i, 1000 + 37 * i, 300 + i, 300 + i) for i 
 res = simulate(ServerSettings(), lat, reqs, kv_capacity_tokens=400_000)
 assert len(res.records) == 100 and res.steps > 300, res.steps
 heavy = [m for m in ("pydantic", "pydantic_core", "kafka", "prometheus_client", "scipy", "yaml", "pandas",
-                    "simcore.speculative", "simcore.dp_attention") if m in sys.modules]
+                    "simcore.speculative", "simcore.dp_attention", "importlib.metadata", "importlib.resources",
+                    "email") if m in sys.modules]
 assert not heavy, heavy
-print("numpy" in sys.modules)
+building = [m for m in ("zipfile", "tempfile", "hashlib", "pickle") if m in sys.modules]  # np.load, digests, write
+print("numpy" in sys.modules, building == ["zipfile", "tempfile", "hashlib", "pickle"] if building else False)
 """
     root = str(Path(__file__).resolve().parents[3])
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
             for _ in range(2)]
-    assert [r.stdout.strip() for r in runs] == ["True", "False"], [r.stderr[-500:] for r in runs]
+    assert [r.stdout.strip() for r in runs] == ["True True", "False False"], [r.stderr[-500:] for r in runs]
 
 
 def _file(cache: Path) -> Path:
@@ -186,7 +192,10 @@ def test_concurrent_writers_leave_one_whole_file(tmp_path: Path) -> None:
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(4)]
     outs = [p.communicate(timeout=240)[0].strip() for p in procs]
     assert all(p.returncode == 0 for p in procs) and len(set(outs)) == 1, outs
-    files = sorted(p.name for p in tmp_path.iterdir())
+    names = sorted(p.name for p in tmp_path.iterdir())
+    memos = [n for n in names if n.startswith("digests-h100_sxm-") and n.endswith(".txt")]  # the digests' memo
+    files = [n for n in names if n not in memos]
+    assert len(memos) == 1, names
     assert len(files) == 1 and files[0].startswith("tables-h100_sxm-") and files[0].endswith(".pickle"), files
     T.use_cache_dir(tmp_path)
     try:
@@ -207,5 +216,63 @@ def test_an_unwritable_cache_only_costs_the_build(tmp_path: Path) -> None:
         got = T.load_tables("h100_sxm")
         assert got is not None and type(got.gemm) is dict
         assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    finally:
+        T.use_cache_dir(None)
+
+
+def _package_copy(tmp_path: Path) -> Path:
+    """simcore/perf's table files and the two sources the digests cover, copied (new inodes and times)."""
+    import shutil
+
+    pkg = tmp_path / "perf"
+    shutil.copytree(T._PACKAGE / "data" / "tables" / "h100_sxm", pkg / "data" / "tables" / "h100_sxm")
+    for mod in ("tables.py", "interp.py"):
+        shutil.copy(T._PACKAGE / mod, pkg / mod)
+    return pkg
+
+
+def test_the_digests_are_memoized_by_file_signature_and_a_rewritten_file_is_hashed_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start-up: the SHA-256 over the table files and sources is done once per file signature (name, size,
+    inode, modification and status-change times); a file rewritten with the same size and its old modification
+    time (as `cp -p` or tar would leave it) still gets a new status-change time, so it is hashed again."""
+    import os
+    import time
+
+    pkg = _package_copy(tmp_path)
+    monkeypatch.setattr(T, "_PACKAGE", pkg)
+    T.use_cache_dir(tmp_path / "cache")
+    try:
+        real = (T.tables_digest("h100_sxm"), T._code_digest())
+        hashed: list[str] = []
+        monkeypatch.setattr(T, "tables_digest", lambda gpu: hashed.append(gpu) or real[0] + "")
+        assert T._digests("h100_sxm") == real and hashed == ["h100_sxm"]  # first: computed, memo written
+        assert T._digests("h100_sxm") == real and hashed == ["h100_sxm"]  # then: from the memo
+        assert len(list((tmp_path / "cache").glob("digests-h100_sxm-*.txt"))) == 1
+
+        f = pkg / "data" / "tables" / "h100_sxm" / "allreduce.npz"
+        st = f.stat()
+        body = bytearray(f.read_bytes())
+        body[-1] ^= 0xFF
+        time.sleep(0.01)
+        f.write_bytes(bytes(body))
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size, same modification time
+        monkeypatch.undo()
+        monkeypatch.setattr(T, "_PACKAGE", pkg)
+        assert T._digests("h100_sxm")[0] != real[0]  # hashed again: the content changed
+    finally:
+        T.use_cache_dir(None)
+
+
+def test_a_damaged_digest_memo_is_computed_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = _package_copy(tmp_path)
+    monkeypatch.setattr(T, "_PACKAGE", pkg)
+    T.use_cache_dir(tmp_path / "cache")
+    try:
+        real = T._digests("h100_sxm")
+        (memo,) = (tmp_path / "cache").glob("digests-h100_sxm-*.txt")
+        for bad in ("", "x", memo.read_text().replace(real[0], "0" * 12, 1).split("\n")[0] + "\nshort\nx\n"):
+            memo.write_text(bad)
+            assert T._digests("h100_sxm") == real
     finally:
         T.use_cache_dir(None)

@@ -1,0 +1,96 @@
+"""simcore._simpy: SimPy imported without ``importlib.metadata`` (start-up), and nothing else different.
+
+Each case runs in a fresh interpreter: what is imported first is the point.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(code: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_simpy_through_simcore_does_not_load_importlib_metadata_and_keeps_its_version() -> None:
+    got = _run("""
+import json, sys
+from simcore._simpy import simpy
+before = sorted(m for m in ("importlib.metadata", "email", "zipfile", "csv") if m in sys.modules)
+import importlib
+attr_after = "metadata" in vars(importlib)
+env = simpy.Environment()
+done = []
+def proc(env):
+    yield env.timeout(2.5)
+    done.append(env.now)
+env.process(proc(env))
+env.run()
+lazy = "__version__" in vars(simpy)
+version = simpy.__version__          # answered now, by the real importlib.metadata
+import importlib.metadata as md
+print(json.dumps({"before": before, "attr": attr_after, "done": done, "lazy": lazy, "version": version,
+                  "real": md.version("simpy"), "real_is_module": hasattr(md, "distributions"),
+                  "cached": vars(simpy)["__version__"], "same_module": sys.modules["simpy"] is simpy,
+                  "names": sorted(n for n in ("Environment", "Event", "Process", "AllOf", "Resource", "Timeout")
+                                  if hasattr(simpy, n))}))
+""")
+    assert got["before"] == [] and got["attr"] is False  # the stand-in left nothing behind
+    assert got["done"] == [2.5]
+    assert got["lazy"] is False and got["version"] == got["real"] == got["cached"] and got["version"]
+    assert got["real_is_module"] and got["same_module"]
+    assert got["names"] == ["AllOf", "Environment", "Event", "Process", "Resource", "Timeout"]
+
+
+def test_an_unknown_simpy_attribute_is_still_an_attribute_error() -> None:
+    got = _run("""
+import json
+from simcore._simpy import simpy
+try:
+    simpy.no_such_name
+    err = None
+except AttributeError as e:
+    err = str(e)
+print(json.dumps({"err": err}))
+""")
+    assert got["err"] == "module 'simpy' has no attribute 'no_such_name'"
+
+
+def test_with_importlib_metadata_already_loaded_it_is_a_plain_import() -> None:
+    got = _run("""
+import json, sys
+import importlib.metadata
+real = sys.modules["importlib.metadata"]
+from simcore._simpy import simpy
+print(json.dumps({"eager": vars(simpy).get("__version__"), "hook": "__getattr__" in vars(simpy),
+                  "same": sys.modules["importlib.metadata"] is real, "real": importlib.metadata.version("simpy")}))
+""")
+    assert got["eager"] == got["real"] and got["hook"] is False and got["same"] is True
+
+
+def test_simpy_imported_first_is_the_module_simcore_uses() -> None:
+    got = _run("""
+import json, sys
+import simpy
+import simcore.engine, simcore.server, simcore._simpy
+print(json.dumps({"same": simcore._simpy.simpy is simpy is simcore.server.simpy,
+                  "version": vars(simpy).get("__version__")}))
+""")
+    assert got["same"] is True and got["version"]
+
+
+def test_while_other_threads_run_it_is_a_plain_import() -> None:
+    got = _run("""
+import json, sys, threading
+stop = threading.Event()
+t = threading.Thread(target=stop.wait); t.start()
+from simcore._simpy import simpy
+stop.set(); t.join()
+print(json.dumps({"metadata": "importlib.metadata" in sys.modules, "eager": vars(simpy).get("__version__")}))
+""")
+    assert got["metadata"] is True and got["eager"]
