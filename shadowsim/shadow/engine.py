@@ -347,7 +347,7 @@ class SimEngine:
     @property
     def now_ts(self) -> float:
         """The simulated clock: where the simulation is, or has been asked to be (``hold``)."""
-        now, held = float(self.env.now), self._held
+        now, held = float(self.env._now), self._held  # noqa: SLF001 - simpy's `now` property returns `_now`
         return self.epoch_ts + (held if held > now else now)  # max(now, held)
 
     def hold(self, ts: float) -> None:

@@ -53,6 +53,24 @@ def _fields_of(ev: Any) -> tuple[bool, bool] | None:
     return got
 
 
+#: event classes whose events ``RankRouter.twin_id`` routes by their own ``dp_rank`` alone (a pydantic model with
+#: a ``dp_rank`` field, no ``request_id`` field, and not ``server_config``, which can teach a DP size): for such an
+#: event with ``dp_rank`` None, ``twin_id`` is the instance id and changes nothing (the service's fast path)
+_RANK_ONLY: dict[type, bool] = {}
+
+
+def routes_by_rank_only(cls: type) -> bool:
+    """Whether ``RankRouter.twin_id`` of an event of class ``cls`` is its ``instance_id`` when its ``dp_rank`` is
+    None, and ``rank_twin_id(instance_id, dp_rank)`` otherwise, with no state read or changed (cached per class)."""
+    got = _RANK_ONLY.get(cls)
+    if got is None:
+        names = getattr(cls, "model_fields", None)
+        kind = names.get("kind") if isinstance(names, dict) else None
+        got = _RANK_ONLY[cls] = (names is not None and "dp_rank" in names and "request_id" not in names
+                                 and kind is not None and kind.default != "server_config")
+    return got
+
+
 def rank_twin_id(instance_id: str, dp_rank: int) -> str:
     return f"{instance_id}{RANK_SEP}{dp_rank}"
 

@@ -55,6 +55,8 @@ class InstanceTwin:
         #: the simulator's queue bound (limits.max_simulated_queue; None: the engine's default)
         self.max_simulated_queue = max_simulated_queue
         self.cfg, self.time_cfg, self.drift_cfg = cfg, time_cfg, drift_cfg
+        # read once per event; the configs are frozen (a pydantic model's attribute costs its __getattr__ hook)
+        self._lateness_s, self._recalibrate = time_cfg.allowed_lateness_s, drift_cfg.recalibrate
         self._factory, self._clock = engine_factory, clock
         self.server_config: dict[str, Any] = {}
         self.engine: Engine | None = None
@@ -164,8 +166,8 @@ class InstanceTwin:
             eng = self.engine  # (the handler may have built it)
             if eng is None:
                 return
-            if not self.drift_cfg.recalibrate and getattr(eng, "speculative", None) is None:
-                eng.hold(self.max_ts - self.time_cfg.allowed_lateness_s)
+            if not self._recalibrate and getattr(eng, "speculative", None) is None:
+                eng.hold(self.max_ts - self._lateness_s)
                 self._held = True
                 return
         self.advance(defer=defer)
@@ -258,7 +260,17 @@ class InstanceTwin:
             self._join(rid)
 
     def _on_prefill(self, ev: PrefillBatch) -> None:
-        self._observe_batch(ev)
+        obs = self.observed  # self._observe_batch(ev), written out (once per batch line)
+        f = ev.__dict__  # the fields (see Anchor.on_prefill_batch)
+        v = f["running_reqs"]
+        if v is not None:
+            obs["running"] = float(v)
+        v = f["queue_reqs"]
+        if v is not None:
+            obs["queue"] = float(v)
+        v = f["token_usage"]
+        if v is not None:
+            obs["kv_usage"] = float(v)
         # Always fed, even before the first request is submitted (which builds the engine): a step dropped here is
         # missing from S() for every request in flight, e.g. the first seconds of a long-prompt trace.
         a = self._anchor_obj
@@ -267,8 +279,18 @@ class InstanceTwin:
         a.on_prefill_batch(ev)
 
     def _on_decode(self, ev: DecodeBatch) -> None:
-        self._observe_batch(ev)
-        if ev.accept_len is not None:  # one line averages running × decode_log_interval verify passes
+        obs = self.observed  # self._observe_batch(ev), written out (once per batch line)
+        f = ev.__dict__  # the fields (see Anchor.on_prefill_batch)
+        v = f["running_reqs"]
+        if v is not None:
+            obs["running"] = float(v)
+        v = f["queue_reqs"]
+        if v is not None:
+            obs["queue"] = float(v)
+        v = f["token_usage"]
+        if v is not None:
+            obs["kv_usage"] = float(v)
+        if f["accept_len"] is not None:  # one line averages running × decode_log_interval verify passes
             self.acceptance.observe(ev.accept_len, max(1, ev.running_reqs or 0) * DEFAULT_DECODE_LOG_INTERVAL)
         a = self._anchor_obj
         if a is None or a.timeline is not self.timeline:  # self._anchor(), its check read here

@@ -77,3 +77,71 @@ def test_another_requests_prefill_chunks_inside_a_decode_window_lengthen_its_anc
     assert p["tpot"] == pytest.approx((0.0061 + 0.1261 + 0.0061 + 0.0061) / 4)
     # a request arriving after the last step saw none of them: nothing to predict from
     assert a.predict(T + 0.3, T + 0.31, T + 0.4, output_tokens=2) is None
+
+
+class _GenericLinear(LinearLatencyModel):
+    """The same model through the generic path (not exactly ``LinearLatencyModel``: a ``BatchShape`` and
+    ``LinearLatencyModel.step_time`` per line)."""
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_linear_pricing_of_batch_lines_written_out_equals_step_time_of_their_batch_shape(overlap: bool) -> None:
+    # Anchor.on_prefill_batch / on_decode_batch price a LinearLatencyModel's step inline (no BatchShape, no
+    # StepTime): the same floats, bit for bit, as the generic path, on seeded random lines and coefficients
+    # (zero, negative, huge, infinite and NaN ones included; one- and many-request prefills, padded and eager
+    # decodes, kv_tokens absent).
+    import math
+    import random
+
+    rng = random.Random(11)
+    odd = [0.0, -1e-4, 1e300, math.inf, -math.inf, math.nan]
+    sizes = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    for trial in range(60):
+        coef = {k: (rng.choice(odd) if rng.random() < 0.2 else rng.uniform(0, 1e-3)) for k in
+                ("base_s", "per_extend_token_s", "per_prefix_token_s", "per_decode_req_s", "per_kv_token_s", "cpu_s")}
+        fast = Anchor(LinearLatencyModel(**coef), sizes, OnlineCalibrator(), overlap=overlap)
+        slow = Anchor(_GenericLinear(**coef), sizes, OnlineCalibrator(), overlap=overlap)
+        for i in range(200):
+            ts = T + i * 0.01
+            if rng.random() < 0.5:
+                n = rng.choice([0, 1, 1, 2, 3, 7, 64])
+                e = ev("prefill_batch", ts, new_seqs=n, new_tokens=rng.choice([0, 1, 2, 5, 100, 8191, 100_000]),
+                       cached_tokens=rng.choice([0, 1, 3, 512, 70_000]), running_reqs=rng.randint(0, 300))
+                fast.on_prefill_batch(e)
+                slow.on_prefill_batch(e)
+            else:
+                kw: dict[str, Any] = {"running_reqs": rng.choice([0, 1, 3, 16, 17, 255, 256, 257, 1000])}
+                if rng.random() < 0.8:
+                    kw["kv_tokens"] = rng.choice([0, 1, 999, 123_456, 10**7])
+                if rng.random() < 0.7:
+                    kw["gen_throughput_tok_s"] = rng.choice([0.5, 400.0, 12_345.6])
+                e = ev("decode_batch", ts, **kw)
+                fast.on_decode_batch(e)
+                slow.on_decode_batch(e)
+        assert len(fast.timeline.cum_s) > 50, trial
+        # repr: NaN == NaN is false, and -0.0 == 0.0 is true; the texts tell both apart
+        assert [repr(x) for x in fast.timeline.cum_s] == [repr(x) for x in slow.timeline.cum_s], (trial, coef)
+        assert fast.timeline.ts == slow.timeline.ts
+        assert repr(fast.calibrator.snapshot()) == repr(slow.calibrator.snapshot()), (trial, coef)
+
+
+def test_batch_line_fields_read_from_the_instance_dict_are_the_attributes() -> None:
+    # Anchor.on_prefill_batch / on_decode_batch and the twin's batch handlers read a batch event's fields from its
+    # __dict__ (pydantic keeps field values there; reading them skips BaseModel.__getattr__'s hook). They must be
+    # exactly the attributes, for events built every way the ingest path builds them: the Kafka consumer's
+    # decoder (its one-line fast path) and decode_record, on the benchmark's real SGLang log lines.
+    from benchmarks.bench_ingest import records
+    from simcore.events import DecodeBatch, PrefillBatch
+    from streams.decode import decode_record
+    from streams.kafka_io import RecordDecoder
+
+    fast = RecordDecoder("auto")
+    seen = {PrefillBatch: 0, DecodeBatch: 0}
+    for i, (key, value) in enumerate(records(4000)):
+        got, _ = fast(value, key, "t", 0, [], None)
+        for e in list(got) + list(decode_record(value, key=key, fmt="auto").events):
+            if type(e) in seen:
+                seen[type(e)] += 1
+                for name in type(e).model_fields:
+                    assert e.__dict__[name] is getattr(e, name), (i, name)
+    assert min(seen.values()) > 1000, seen

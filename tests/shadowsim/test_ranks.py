@@ -392,3 +392,39 @@ def test_router_expiry_scans_from_the_oldest_and_reads_version_1_states() -> Non
     for bad in (float("nan"), "12", None, True):
         with pytest.raises(ValueError, match="arrival time"):
             RankRouter().restore(dict(state, request_rank=[["dp", "r2", 2, bad]]))
+
+
+def test_the_services_rank_only_route_equals_twin_id_and_changes_nothing() -> None:
+    # ShadowService._apply_one routes an event of a class routes_by_rank_only() names without RankRouter.twin_id:
+    # instance id, or its rank twin with dp_rank. That must be what twin_id says, with no routing state touched,
+    # whatever the router knows (a DP size, requests in flight); and a class twin_id must see (request_id,
+    # server_config) is never named.
+    import copy
+
+    from simcore.events import EVENT_CLASSES
+    from shadowsim.shadow.ranks import routes_by_rank_only
+
+    router = RankRouter(lambda iid: 4 if iid == "dp" else 1)
+    for k in range(6):
+        router.twin_id(RequestArrived(ts=float(k), event_id=f"r{k}:a", request_id=f"r{k}", prompt_tokens=5,
+                                      instance_id="dp", source="t"))
+    router.commit()
+    named = []
+    for cls in EVENT_CLASSES:
+        fields = cls.model_fields
+        if not routes_by_rank_only(cls):
+            assert "request_id" in fields or "dp_rank" not in fields or fields["kind"].default == "server_config"
+            continue
+        named.append(fields["kind"].default)
+        assert "request_id" not in fields and "dp_rank" in fields
+        required = {n: f for n, f in fields.items() if f.is_required()}
+        for iid in ("dp", "solo"):
+            for rank in (None, 0, 3):
+                ev = cls.model_construct(**{**{n: 1 for n in required}, "ts": 7.0, "instance_id": iid,
+                                            "dp_rank": rank})
+                before = copy.deepcopy((router._dp_size, router._next_rank, router._request_rank, router._open))
+                want = iid if rank is None else rank_twin_id(iid, rank)
+                assert router.twin_id(ev) == want, (cls.__name__, iid, rank)
+                assert not router._undo
+                assert (router._dp_size, router._next_rank, router._request_rank, router._open) == before
+    assert {"prefill_batch", "decode_batch"} <= set(named)
