@@ -16,15 +16,23 @@ Anything else (tracebacks, uvicorn access lines, warnings, other programs) is sk
 from __future__ import annotations
 
 import re
+import typing
 from typing import Any
 
+import annotated_types
 import pydantic
+
+try:
+    import cython  # compiled (setup.py NATIVE_MODULES, with sglang_log.pxd): Cython's directives; interpreted: no-ops
+except ImportError:  # pragma: no cover - a machine without Cython runs the .py as it is
+    from simcore import _pure_cython as cython
 
 from streams.adapters import request_log
 from streams.adapters.base import (_VALIDATORS, LineResult, ParseContext, build, drop_idle_speculative, to_float,
                                    to_int, validation_reason)
 from streams.adapters.log_prefix import (_MINUTE_CACHE, _NO_RANKS, _TAGS_CACHE, _fast_header, _minute, _ranks_of,
                                          split_header)
+from simcore.events import KIND_TO_CLASS
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # ``Prefill batch``, ``Prefil batch`` (0.1.17 typo), ``Decode batch``, optional `` [iter]``, then ``.`` or ``,``.
@@ -147,15 +155,16 @@ def _envelope(ctx: ParseContext, ranks: dict[str, int], rank_keys: tuple[str, ..
 
 
 #: (kind, keys) -> (form regex, plan) of the batch-line forms learned so far (``_shape``), at most ``MAX_SHAPES``
-_SHAPES: dict[tuple[str, tuple[str, ...]], tuple[re.Pattern[str], tuple[tuple[str, int], ...]]] = {}
+_SHAPES: dict[tuple[str, tuple[str, ...]], tuple[re.Pattern[str], tuple[tuple[str, int], ...], Any]] = {}
 MAX_SHAPES = 256
 _STARTS_WITH_SPACE = re.compile(r"\s")  # what ``\s`` matches, as the form's ``\s*`` reads it
 
 
 def _shape(kind: str, items: list[tuple[str, str]], fields: dict[str, str]
-           ) -> tuple[re.Pattern[str], tuple[tuple[str, int], ...]] | None:
+           ) -> tuple[re.Pattern[str], tuple[tuple[str, int], ...], Any] | None:
     """The form of a batch line with these ``_ITEM`` items: a regex whose ``fullmatch`` reads the values of every
-    line with the same keys in one match, and the plan (field, group) of the keys ``fields`` knows, in line order.
+    line with the same keys in one match, the plan (field, group) of the keys ``fields`` knows, in line order, and
+    the fast path's plan of the form (``_fast_plan``; None where the validator reads every such line).
 
     Why a line the form matches gives exactly ``_ITEM.findall``'s items: the form is ``\\s*K1: ([^,]*)``, then
     ``,\\s*Ki: ([^,]*)`` for each further key, then an optional ``,\\s*``, each key written literally. No key holds
@@ -177,8 +186,356 @@ def _shape(kind: str, items: list[tuple[str, str]], fields: dict[str, str]
         return None
     form = r"\s*" + r",\s*".join(re.escape(k) + ": ([^,]*)" for k in keys) + r"(?:,\s*)?"
     plan = tuple((fields[k], i) for i, k in enumerate(keys) if k in fields)
-    got = _SHAPES[(kind, keys)] = (re.compile(form), plan)
+    got = _SHAPES[(kind, keys)] = (re.compile(form), plan, _fast_plan(kind, keys, fields))
     return got
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Batch events built without pydantic's validation pass, every bound still checked (issue 11, speed).
+#
+# pydantic's validator is a third of a batch line's decoding. For the values a batch line's learned form
+# (``_shape``) reads, this builds the same event the validator would: the same field values (the same Python types),
+# the same ``model_fields_set``, ``__dict__`` in the schema's order. It accepts a value only in the plainest
+# lexical form, where pydantic's lax conversion is known to give exactly this value: ASCII digits for an int (at most
+# 18), ASCII digits with an optional ``.`` and digits for a float (at most 15 digits: the mantissa is below 2**53
+# and its power of ten exact, so one IEEE division gives the correctly rounded value, which is what ``float()`` and
+# pydantic give), ``True`` / ``False`` for a bool; then the field's own bounds, read from the schema's ``Ge`` /
+# ``Le`` / ``MaxLen`` at import. Anything else — another form, a bound crossed, a non-ASCII text, a rank key the
+# class lacks — returns None and the line goes through the validator as before, so every value the schema refuses is
+# refused with the validator's own reason, and nothing the fast path accepts is refused by the validator.
+# tests/streams/adapters/test_batch_events.py checks both on every real log line and on seeded mutated lines.
+
+_RULE_INT, _RULE_FLOAT, _RULE_BOOL, _RULE_PERCENT = 0, 1, 2, 3  # how a value's text becomes the field's value
+
+
+def _bounds(metadata: list[Any]) -> tuple[Any, Any] | None:
+    """(lo, hi) of a field's ``Ge`` and ``Le`` (each or both may be missing: then ±inf); None when it has any other
+    constraint (the fast path then never builds that field)."""
+    lo: Any = -float("inf")
+    hi: Any = float("inf")
+    for m in metadata:
+        if isinstance(m, annotated_types.Ge):
+            lo = m.ge
+        elif isinstance(m, annotated_types.Le):
+            hi = m.le
+        else:
+            return None
+    return lo, hi
+
+
+def _field_rule(cls: type, name: str) -> tuple[int, Any, Any] | None:
+    """(rule, lo, hi) of one field of an event class: ``int``, ``float`` or ``bool``, optional or not, with only
+    ``Ge`` / ``Le`` bounds; None for any other field type or constraint."""
+    info = cls.model_fields[name]  # type: ignore[attr-defined]
+    ann, meta = info.annotation, list(info.metadata)
+    args = typing.get_args(ann)
+    if args and type(None) in args and len(args) == 2:  # Optional[X]: X, with X's own metadata
+        (ann,) = [a for a in args if a is not type(None)]
+        if typing.get_origin(ann) is typing.Annotated:
+            inner = typing.get_args(ann)
+            ann = inner[0]
+            for extra in inner[1:]:
+                meta += list(getattr(extra, "metadata", [extra]))
+    if ann is bool:
+        return (_RULE_BOOL, None, None) if not meta else None
+    if ann not in (int, float):
+        return None
+    b = _bounds(meta)
+    if b is None:
+        return None
+    return (_RULE_INT if ann is int else _RULE_FLOAT), b[0], b[1]
+
+
+def _text_limit(cls: type, name: str) -> int | None:
+    """The ``MaxLen`` of a (possibly optional) text field; None when it has another form or constraint."""
+    info = cls.model_fields[name]  # type: ignore[attr-defined]
+    ann, meta = info.annotation, list(info.metadata)
+    args = typing.get_args(ann)
+    if args and type(None) in args and len(args) == 2:
+        (ann,) = [a for a in args if a is not type(None)]
+        if typing.get_origin(ann) is typing.Annotated:
+            inner = typing.get_args(ann)
+            ann = inner[0]
+            for extra in inner[1:]:
+                meta += list(getattr(extra, "metadata", [extra]))
+    if ann is not str or len(meta) != 1 or not isinstance(meta[0], annotated_types.MaxLen):
+        return None
+    return int(meta[0].max_length)
+
+
+class _FastClass:
+    """What the fast path needs of one batch event class: its field defaults in schema order, the bounds of the
+    envelope (``ts``, ``instance_id``, ``source``, ``event_id``), of the rank labels and ``forward_iter`` (a C struct
+    when compiled: sglang_log.pxd)."""
+
+    def __init__(self, cls: type) -> None:
+        fields = cls.model_fields  # type: ignore[attr-defined]
+        self.cls = cls
+        self.template = {n: (None if f.is_required() else f.get_default(call_default_factory=True))
+                         for n, f in fields.items()}
+        ts = _field_rule(cls, "ts")
+        iters = _field_rule(cls, "forward_iter")
+        self.id_max, self.source_max = _text_limit(cls, "instance_id"), _text_limit(cls, "source")
+        self.event_id_max = _text_limit(cls, "event_id")
+        if (ts is None or ts[0] != _RULE_FLOAT or iters is None or iters[0] != _RULE_INT or iters[1] != 0
+                or None in (self.id_max, self.source_max, self.event_id_max)):
+            raise TypeError(f"{cls.__name__}: the batch fast path does not know this schema")
+        self.ts_lo, self.ts_hi = float(ts[1]), float(ts[2])
+        self.iter_hi = min(iters[2], 10**18 - 1)  # at most 18 digits are read here; longer ones go to pydantic
+        self.ranks = {}
+        for n in fields:
+            if n.endswith("_rank"):
+                r = _field_rule(cls, n)
+                if r is None or r[0] != _RULE_INT:
+                    raise TypeError(f"{cls.__name__}.{n}: the batch fast path does not know this field")
+                self.ranks[n] = (r[1], r[2])
+
+
+class _Field:
+    """One field of a fast plan: the event field, the key's index in the line's form, how its text is read
+    (``_RULE_*``) and its bounds (``lo`` / ``hi`` for floats, ``int_hi`` for ints: their lower bound is 0)."""
+
+    def __init__(self, name: str, group: int, rule: int, lo: float, hi: float, int_hi: int) -> None:
+        self.name, self.group, self.rule, self.lo, self.hi, self.int_hi = name, group, rule, lo, hi, int_hi
+
+
+def _fast_plan(kind: str, keys: tuple[str, ...], fields: dict[str, str]) -> tuple[Any, ...] | None:
+    """The fast path's plan of one learned form: (class info, the fields the line sets, in line order with each
+    field's first key only, as ``_batch`` keeps the first, as ``_Field``s), the fields it sets, the form's keys; None
+    when a field has
+    no rule here or a required field is missing (then the validator and ``_batch`` give their reasons)."""
+    info = _FAST_CLASSES.get(kind)
+    if info is None:
+        return None
+    entries = []
+    seen: set[str] = set()
+    for i, k in enumerate(keys):
+        f = fields.get(k)
+        if f is None or f in seen:
+            continue
+        seen.add(f)
+        if f == "cache_hit_rate":
+            r = _field_rule(info.cls, f)
+            if r is None or r[0] != _RULE_FLOAT:
+                return None
+            entries.append(_Field(f, i, _RULE_PERCENT, float(r[1]), float(r[2]), 0))
+            continue
+        r = _field_rule(info.cls, f)
+        if r is None:
+            return None
+        lo, hi = r[1], r[2]
+        if r[0] == _RULE_INT:
+            if lo > 0:  # the digits read here are >= 0; another lower bound is the validator's to check
+                return None
+            entries.append(_Field(f, i, r[0], 0.0, 0.0, min(hi, 10**18 - 1)))
+        elif r[0] == _RULE_FLOAT:
+            entries.append(_Field(f, i, r[0], float(lo), float(hi), 0))
+        else:
+            entries.append(_Field(f, i, r[0], 0.0, 0.0, 0))
+    required = _PREFILL_REQUIRED if kind == "prefill_batch" else _DECODE_REQUIRED
+    if any(f not in seen for f in required):
+        return None
+    return info, tuple(entries), frozenset(("ts", "instance_id", "source", "event_id", *seen)), keys
+
+
+def _int_span(s: str, a: int, b: int) -> int:
+    """The value of ``s[a:b]`` when it is 1 to 18 ASCII digits, else -1 (what ``int()`` and pydantic give for that
+    form)."""
+    if b <= a or b - a > 18:
+        return -1
+    v = 0
+    for i in range(a, b):
+        c = _char(s, i)
+        if c < "0" or c > "9":
+            return -1
+        v = v * 10 + (ord(c) - 48)
+    return v
+
+
+def _dec_span(s: str, a: int, b: int) -> float:
+    """The value of ``s[a:b]`` when it is ASCII digits with at most one ``.`` between them, at most 15 digits in
+    all, else -1.0: ``float()`` and pydantic's float of that text (the digits as an integer below 2**53, divided by
+    an exact power of ten: one correctly rounded IEEE division, as ``float()`` rounds)."""
+    if b <= a or b - a > 16:
+        return -1.0
+    m = 0
+    digits = 0
+    point = -1
+    for i in range(a, b):
+        c = _char(s, i)
+        if c >= "0" and c <= "9":
+            m = m * 10 + (ord(c) - 48)
+            digits += 1
+        elif c == "." and point < 0 and i > a and i < b - 1:
+            point = i
+        else:
+            return -1.0
+    if digits > 15:
+        return -1.0
+    p = 1.0
+    if point >= 0:
+        for j in range(b - 1 - point):
+            p *= 10.0
+    return m / p
+
+
+if not cython.compiled:  # compiled: C functions (sglang_log.pxd)
+    _set_slot = object.__setattr__  # PyObject_GenericSetAttr
+
+    def _ascii(s: str) -> bool:
+        return s.isascii()  # PyUnicode_IS_ASCII
+
+    def _new_instance(cls: type) -> Any:
+        return cls.__new__(cls)  # the class's tp_new
+
+    def _char(s: str, i: int) -> str:
+        return s[i]  # PyUnicode_READ, every index checked below the length first
+
+
+def _fast_batch(plan: tuple[Any, ...], body: str, ts: Any, iid: Any, source: Any, event_id: str,
+                ranks: dict[str, int], it: str | None) -> Any:
+    """The event ``_batch`` would build (``_VALIDATORS[kind](data)``) for a line whose body its learned form
+    (``plan``) reads, or None when the body does not have that form or any value is not in the form or bounds this
+    reads (then ``_batch`` reads the line as before and the validator decides; see above).
+
+    The body is read as the form's ``fullmatch`` reads it (``_shape``: ``\s*K1: ([^,]*)``, ``,\s*Ki: ([^,]*)``
+    for each further key, an optional ``,\s*``, end), which has one way to match: no key starts with whitespace, so
+    each ``\s*`` takes all the whitespace before its key; a value runs to the next comma (a shorter one would leave
+    a non-comma where the form needs a comma or the end). ``\s`` is ``str.isspace`` (sre's Unicode whitespace)."""
+    info, entries, fields_set, keys = plan
+    if ts.__class__ is not float:
+        return None
+    t = ts
+    if not (t >= info.ts_lo and t <= info.ts_hi):
+        return None
+    if iid.__class__ is not str or len(iid) > info.id_max or not _ascii(iid):
+        return None
+    if source is not None and (source.__class__ is not str or len(source) > info.source_max or not _ascii(source)):
+        return None
+    if len(event_id) > info.event_id_max or not _ascii(event_id):
+        return None
+    d = info.template.copy()
+    d["ts"] = ts
+    d["instance_id"] = iid
+    d["source"] = source
+    d["event_id"] = event_id
+    n = len(body)
+    pos = 0
+    ne = len(entries)
+    k = 0
+    e = entries[0] if ne > 0 else None
+    nxt = e.group if ne > 0 else -1
+    for gi in range(len(keys)):
+        if gi > 0:  # the value before ended at a comma (or at the end: then the form needs more)
+            if pos >= n:
+                return None
+            pos += 1
+        while pos < n:
+            c = _char(body, pos)
+            if not c.isspace():
+                break
+            pos += 1
+        key = keys[gi]
+        kl = len(key)
+        if pos + kl + 2 > n:  # the key and ": "
+            return None
+        for j in range(kl):
+            if _char(body, pos + j) != _char(key, j):
+                return None
+        pos += kl
+        if _char(body, pos) != ":" or _char(body, pos + 1) != " ":
+            return None
+        pos += 2
+        start = pos
+        while pos < n and _char(body, pos) != ",":
+            pos += 1
+        if gi != nxt:
+            continue
+        rule = e.rule
+        if rule == 0:  # _RULE_INT
+            v = _int_span(body, start, pos)
+            if v < 0 or v > e.int_hi:
+                return None
+            d[e.name] = v
+        elif rule == 1:  # _RULE_FLOAT
+            x = _dec_span(body, start, pos)
+            if x < 0.0 or x < e.lo or x > e.hi:
+                return None
+            d[e.name] = x
+        elif rule == 2:  # _RULE_BOOL
+            if pos - start == 4 and _char(body, start) == "T" and _char(body, start + 1) == "r" \
+                    and _char(body, start + 2) == "u" and _char(body, start + 3) == "e":
+                d[e.name] = True
+            elif pos - start == 5 and _char(body, start) == "F" and _char(body, start + 1) == "a" \
+                    and _char(body, start + 2) == "l" and _char(body, start + 3) == "s" and _char(body, start + 4) == "e":
+                d[e.name] = False
+            else:
+                return None
+        else:  # _RULE_PERCENT: cache_hit_rate, a percentage before 0.4.x ("12.50%"), as _batch converts it
+            pct = pos > start and _char(body, pos - 1) == "%"
+            x = _dec_span(body, start, pos - 1 if pct else pos)
+            if x < 0.0:
+                return None
+            if pct:
+                x = x / 100.0
+            if x < e.lo or x > e.hi:
+                return None
+            d[e.name] = x
+        k += 1
+        if k < ne:
+            e = entries[k]
+            nxt = e.group
+        else:
+            nxt = -1
+    if pos < n:  # the optional ``,\s*`` at the end, then the end
+        pos += 1
+        while pos < n:
+            c = _char(body, pos)
+            if not c.isspace():
+                return None
+            pos += 1
+    fs = set(fields_set)
+    if ranks:
+        bounds = info.ranks
+        for rk, rv in ranks.items():
+            b = bounds.get(rk)
+            if b is None or rv.__class__ is not int or rv < b[0] or rv > b[1]:
+                return None
+            d[rk] = rv
+            fs.add(rk)
+    if it is not None:
+        v = _int_span(it, 0, len(it))
+        if v < 0 or v > info.iter_hi:
+            return None
+        d["forward_iter"] = v
+        fs.add("forward_iter")
+    ev = _new_instance(info.cls)
+    _set_slot(ev, "__dict__", d)
+    _set_slot(ev, "__pydantic_fields_set__", fs)
+    _set_slot(ev, "__pydantic_extra__", None)
+    _set_slot(ev, "__pydantic_private__", None)
+    return ev
+
+
+def _fast_classes() -> dict[str, _FastClass]:
+    """The batch kinds the fast path builds, when their classes have no validators, post-init or extras of their
+    own (otherwise pydantic's validator does more than convert and bound, and every line goes through it)."""
+    out = {}
+    for kind in ("prefill_batch", "decode_batch"):
+        cls = KIND_TO_CLASS[kind]
+        d = cls.__pydantic_decorators__
+        if (cls.__pydantic_post_init__ is None and not cls.__pydantic_custom_init__ and not d.validators
+                and not d.field_validators and not d.root_validators and not d.model_validators
+                and cls.model_config.get("extra") == "forbid"):
+            out[kind] = _FastClass(cls)
+    return out
+
+
+_FAST_CLASSES = _fast_classes()
+#: the fields a batch line's items can set never collide with the envelope's (``_batch`` keeps the first)
+assert not (set(_PREFILL_FIELDS.values()) | set(_DECODE_FIELDS.values())) & {
+    "ts", "instance_id", "source", "event_id", "forward_iter", "schema_version", "kind", *_FAST_CLASSES[
+        "decode_batch"].ranks}
 
 
 #: A batch line is a few hundred characters; the item regex is quadratic in a long run without ", " or ": ", so a
@@ -189,9 +546,18 @@ MAX_BATCH_BODY_CHARS = 8192
 def _batch(kind: str, body: str, it: str | None, ranks: dict[str, int], ctx: ParseContext) -> LineResult:
     if len(body) > MAX_BATCH_BODY_CHARS:
         return f"{kind}: line too long ({len(body)} characters after the header, at most {MAX_BATCH_BODY_CHARS})"
+    scratch = ctx.scratch
+    # the form of this stream's last line of this kind, when one was learned (_shape; scratch key: the kind)
+    shape = scratch.get(kind)
+    ts, source = ctx.last_ts, ctx.source
+    if shape is not None and shape[2] is not None:  # the event without the validator's pass, when every value reads
+        ev = _fast_batch(shape[2], body, ts if ts is not None else ctx.default_ts, ctx.instance_id, source or None,
+                         f"{source or '-'}:{ctx.line_no}", ranks, it)
+        if ev is not None:
+            return [ev]
+    m = shape[0].fullmatch(body) if shape is not None else None
     prefill = kind == "prefill_batch"
     fields = _PREFILL_FIELDS if prefill else _DECODE_FIELDS
-    ts, source = ctx.last_ts, ctx.source
     data: dict[str, Any] = {  # _envelope(ctx, ranks), written out: this runs once per batch line
         "ts": ts if ts is not None else ctx.default_ts,
         "instance_id": ctx.instance_id,
@@ -202,10 +568,6 @@ def _batch(kind: str, body: str, it: str | None, ranks: dict[str, int], ctx: Par
         data.update(ranks)
     if it is not None:
         data["forward_iter"] = it
-    scratch = ctx.scratch
-    # the form of this stream's last line of this kind, when one was learned (_shape; scratch key: the kind)
-    shape = scratch.get(kind)
-    m = shape[0].fullmatch(body) if shape is not None else None
     if m is not None:  # the same items _ITEM.findall gives (see _shape), read in one match
         values = m.groups()
         for f, i in shape[1]:
