@@ -8,3 +8,4 @@ from simcore.server_state cimport Batch, Req
 from simcore.server_core cimport ServerCore
 from simcore.decode_run cimport DecodeStepTimes
 from simcore.frozen_new cimport frozen_new
+from simcore.scheduler cimport PrefillAdder as AdderType

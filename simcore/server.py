@@ -50,6 +50,7 @@ from simcore.results import RequestRecord, StepRecord
 from simcore.rng import LazyGenerator
 from simcore.scheduler import (AddResult, NewTokenRatio, PrefillAdder, order_waiting, preemption_victims,
                                retraction_order)
+from simcore.scheduler import PrefillAdder as AdderType  # (the C type of the adders; PrefillAdder stays patchable)
 from simcore.server_results import ResultProcessor
 from simcore.server_core import ServerCore
 from simcore.server_state import Batch, Req, ReservationSum
@@ -399,8 +400,8 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
         r.prefix_len = node.end
         r.last_node = node
 
-    @cython.locals(ch=Req, r=Req)  # (kv untyped: its bound methods are passed on)
-    @cython.locals(self=ServerCore)
+    @cython.locals(self=ServerCore, ch=Req, r=Req, adder=AdderType, tree=RadixCache,
+                   node=TreeNode)  # (kv untyped: its bound methods are passed on)
     def _prefill(self, t: float, zombies: list[Req]) -> Batch | None:
         """``_get_new_batch_prefill_raw`` (§2.3) with the PrefillAdder (§2.5); None when nothing is admitted."""
         s = self.settings
@@ -439,7 +440,12 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
             if self.batch_is_full:
                 if not (self.preempt and self._preempt_for(r, adder, t, preempted)):
                     break
-            self._match(r, t)  # init_next_round_input: a fresh match (touches LRU)
+            # init_next_round_input: a fresh match (touches LRU); self._match(r, t), inlined
+            key = r.key
+            tree = self.kv.tree
+            node = tree.root if key is None else tree.match_node(key, r.fill_len - 1, t)
+            r.prefix_len = node.end
+            r.last_node = node
             res = adder.add_one_req(r)
             if adder.can_run and adder.can_run[-1] is r:
                 admitted += 1
@@ -491,7 +497,7 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
             preempted.append(v)
         return True
 
-    @cython.locals(self=ServerCore, kv=KVCache, b=Batch, r=Req)
+    @cython.locals(self=ServerCore, kv=KVCache, b=Batch, r=Req, adder=AdderType)
     def _launch_prefill(self, t: float, adder: PrefillAdder, zombies: list[Req], mixed: bool) -> Batch:
         kv = self.kv
         self.bid += 1

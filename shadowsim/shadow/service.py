@@ -361,11 +361,14 @@ class ShadowService:
         only = _RANK_ONLY.get(cls)
         if only is None:
             only = routes_by_rank_only(cls)
-        if only:
-            rank = ev.dp_rank
-            iid = ev.instance_id if rank is None else rank_twin_id(ev.instance_id, int(rank))
+        if only:  # a pydantic event class: its fields read from its __dict__ (no __getattr__ hook, see the anchor)
+            f = ev.__dict__
+            rank, iid, ts = f["dp_rank"], f["instance_id"], f["ts"]
+            if rank is not None:
+                iid = rank_twin_id(iid, int(rank))
         else:
             iid = ranks.twin_id(ev)
+            ts = ev.ts
         twins = self.twins
         twin = twins.get(iid)
         # _admit(ps, rec, [iid]), for one event
@@ -375,7 +378,6 @@ class ShadowService:
             ref = _NEG_INF
         else:
             ref = ps.max_ts
-        ts = ev.ts
         if ref > _NEG_INF:
             if not (ref - self._max_past_s <= ts <= ref + self._max_future_s):  # time.max_past_s / max_future_s
                 refused = self._admit(ps, rec, [iid])  # the reason and its text, as for any record

@@ -425,6 +425,8 @@ def test_the_services_rank_only_route_equals_twin_id_and_changes_nothing() -> No
                 before = copy.deepcopy((router._dp_size, router._next_rank, router._request_rank, router._open))
                 want = iid if rank is None else rank_twin_id(iid, rank)
                 assert router.twin_id(ev) == want, (cls.__name__, iid, rank)
+                # the service reads these fields from the instance dict
+                assert [ev.__dict__[k] for k in ("dp_rank", "instance_id", "ts")] == [rank, iid, 7.0]
                 assert not router._undo
                 assert (router._dp_size, router._next_rank, router._request_rank, router._open) == before
     assert {"prefill_batch", "decode_batch"} <= set(named)
