@@ -394,7 +394,7 @@ if not cython.compiled:  # compiled: C functions (sglang_log.pxd)
 
 def _fast_batch(plan: tuple[Any, ...], body: str, ts: Any, iid: Any, source: Any, event_id: str,
                 ranks: dict[str, int], it: str | None) -> Any:
-    """The event ``_batch`` would build (``_VALIDATORS[kind](data)``) for a line whose body its learned form
+    r"""The event ``_batch`` would build (``_VALIDATORS[kind](data)``) for a line whose body its learned form
     (``plan``) reads, or None when the body does not have that form or any value is not in the form or bounds this
     reads (then ``_batch`` reads the line as before and the validator decides; see above).
 
