@@ -125,7 +125,10 @@ def _fake_build(tmp_path: Path, so_age_s: float) -> None:
     os.utime(so, (now - so_age_s, now - so_age_s))
 
 
-def test_a_build_older_than_its_source_is_not_used_and_warns(tmp_path: Path) -> None:
+def test_a_build_older_than_its_source_is_not_used_and_warns(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # the finder's own rule, whatever SHADOWSIM_PURE_PYTHON the test run has (with it set, nothing compiled is looked at)
+    monkeypatch.setattr(_native, "PURE_PYTHON", False)
     _fake_build(tmp_path, so_age_s=60.0)
     with pytest.warns(RuntimeWarning, match="stale .*radix_cache.* older than its .py source.*make native"):
         spec = _native.NativeOrSourceFinder.find_spec("simcore.radix_cache", [str(tmp_path)])
