@@ -53,6 +53,27 @@ CYTHON_DIRECTIVES = {
 C_FLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math"]
 
 
+def _a_pxd_is_newer_than_a_build() -> bool:
+    """Whether any ``.pxd`` is newer than any compiled module of NATIVE_MODULES already built in place.
+
+    ``simcore/_native.py`` counts a compiled module older than the newest ``.pxd`` as stale (the whole build is then
+    imported from source), while Cython's own dependency check rebuilds only the modules that cimport the changed
+    ``.pxd``; so after a ``.pxd`` change every module is rebuilt (``cythonize(force=True)``), and ``make native``
+    leaves a build the finder uses."""
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    pxds = [os.path.join(d, f) for pkg in ("simcore", "streams") for d, _, fs in os.walk(os.path.join(here, pkg))
+            for f in fs if f.endswith(".pxd")]
+    newest_pxd = max((os.stat(p).st_mtime for p in pxds), default=0.0)
+    for name in NATIVE_MODULES:
+        stem = os.path.join(here, *name.split("."))
+        for suffix in EXTENSION_SUFFIXES:
+            if os.path.exists(stem + suffix) and os.stat(stem + suffix).st_mtime < newest_pxd:
+                return True
+    return False
+
+
 def _extensions() -> list:
     if os.environ.get("SHADOWSIM_PURE_PYTHON") == "1":
         return []  # pure-Python install asked for
@@ -64,7 +85,7 @@ def _extensions() -> list:
     from setuptools import Extension
 
     exts = [Extension(name, [name.replace(".", "/") + ".py"], extra_compile_args=C_FLAGS) for name in NATIVE_MODULES]
-    exts = cythonize(exts, compiler_directives=CYTHON_DIRECTIVES, quiet=True)
+    exts = cythonize(exts, compiler_directives=CYTHON_DIRECTIVES, quiet=True, force=_a_pxd_is_newer_than_a_build())
     for ext in exts:
         ext.optional = True  # no C compiler: a warning, and that module stays pure Python (cythonize drops the flag)
     return exts

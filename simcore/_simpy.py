@@ -65,8 +65,8 @@ def _simpy_version(name: str) -> Any:
 
 
 def _other_threads_running() -> bool:
-    threading = sys.modules.get("threading")  # never imported here: if it is not loaded, no thread was started
-    return threading is not None and threading.active_count() > 1
+    # every thread of the interpreter, also those started with `_thread` (threading.active_count sees only its own)
+    return len(sys._current_frames()) > 1
 
 
 def import_simpy() -> ModuleType:

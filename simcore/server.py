@@ -401,7 +401,8 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
         r.last_node = node
 
     @cython.locals(self=ServerCore, ch=Req, r=Req, adder=AdderType, tree=RadixCache,
-                   node=TreeNode)  # (kv untyped: its bound methods are passed on)
+                   node=TreeNode, kv=object)  # (kv untyped: its bound methods are passed on; typed, Cython would
+    # pass a C-signature wrapper of kv.available without its skip-dispatch argument, gcc -Wincompatible-pointer-types)
     def _prefill(self, t: float, zombies: list[Req]) -> Batch | None:
         """``_get_new_batch_prefill_raw`` (§2.3) with the PrefillAdder (§2.5); None when nothing is admitted."""
         s = self.settings

@@ -163,6 +163,10 @@ class DraftInputProjection:
         return StepTime(st.gpu_s + self.projection_s(shape.num_extend_tokens + rows), st.cpu_s)
 
     def __getattr__(self, name: str):  # only reached for attributes this wrapper does not define
+        # not for `inner` itself or dunders: copy/pickle look up __setstate__ on an instance whose __init__ has not
+        # run, where reading self.inner would call this again without end
+        if name == "inner" or name.startswith("__"):
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
 

@@ -260,7 +260,7 @@ class InstanceTwin:
             self._join(rid)
 
     def _on_prefill(self, ev: PrefillBatch) -> None:
-        obs = self.observed  # self._observe_batch(ev), written out (once per batch line)
+        obs = self.observed  # the batch line's running / queue / token usage (written out: once per line)
         f = ev.__dict__  # the fields (see Anchor.on_prefill_batch)
         v = f["running_reqs"]
         if v is not None:
@@ -279,7 +279,7 @@ class InstanceTwin:
         a.on_prefill_batch(ev)
 
     def _on_decode(self, ev: DecodeBatch) -> None:
-        obs = self.observed  # self._observe_batch(ev), written out (once per batch line)
+        obs = self.observed  # the batch line's running / queue / token usage (written out: once per line)
         f = ev.__dict__  # the fields (see Anchor.on_prefill_batch)
         v = f["running_reqs"]
         if v is not None:
@@ -304,19 +304,6 @@ class InstanceTwin:
 
     def _on_metrics(self, ev: MetricsSnapshot) -> None:
         self._observe(ev.running_reqs, ev.queue_reqs, ev.token_usage)
-
-    def _observe_batch(self, ev: PrefillBatch | DecodeBatch) -> None:
-        """``_observe`` of a batch line's running / queue / token usage (written out: it runs once per line)."""
-        obs = self.observed
-        v = ev.running_reqs
-        if v is not None:
-            obs["running"] = float(v)
-        v = ev.queue_reqs
-        if v is not None:
-            obs["queue"] = float(v)
-        v = ev.token_usage
-        if v is not None:
-            obs["kv_usage"] = float(v)
 
     def _observe(self, running: float | None, queue: float | None, usage: float | None) -> None:
         for k, v in (("running", running), ("queue", queue), ("kv_usage", usage)):

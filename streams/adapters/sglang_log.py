@@ -517,16 +517,22 @@ def _fast_batch(plan: tuple[Any, ...], body: str, ts: Any, iid: Any, source: Any
     return ev
 
 
+#: model_config keys (and values) under which pydantic's validator only converts and bounds, as the fast path does;
+#: any other key (``str_strip_whitespace``, ``strict``, ``str_to_lower`` …) sends every line through the validator
+_FAST_MODEL_CONFIG = {"frozen": True, "extra": "forbid", "allow_inf_nan": False}
+
+
 def _fast_classes() -> dict[str, _FastClass]:
     """The batch kinds the fast path builds, when their classes have no validators, post-init or extras of their
-    own (otherwise pydantic's validator does more than convert and bound, and every line goes through it)."""
+    own and no model_config beyond `_FAST_MODEL_CONFIG` (otherwise pydantic's validator does more than convert and
+    bound, and every line goes through it)."""
     out = {}
     for kind in ("prefill_batch", "decode_batch"):
         cls = KIND_TO_CLASS[kind]
         d = cls.__pydantic_decorators__
         if (cls.__pydantic_post_init__ is None and not cls.__pydantic_custom_init__ and not d.validators
                 and not d.field_validators and not d.root_validators and not d.model_validators
-                and cls.model_config.get("extra") == "forbid"):
+                and dict(cls.model_config) == _FAST_MODEL_CONFIG):
             out[kind] = _FastClass(cls)
     return out
 

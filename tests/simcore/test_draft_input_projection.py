@@ -88,3 +88,16 @@ def test_the_speculative_server_pays_it_in_each_draft_forward() -> None:
     decode = BatchShape(num_decode=8, decode_sum_kv=16_000, cuda_graph_bs=8)
     assert with_proj.step_time(decode).gpu_s - without.step_time(decode).gpu_s == pytest.approx(
         draft.projection_s(8) + draft.projection_s(24))
+
+
+def test_it_copies_like_any_latency_model() -> None:
+    # copy looks up __setstate__ on an instance whose __init__ has not run: the delegating __getattr__ must not
+    # recurse through self.inner
+    import copy
+
+    _, draft = _draft()
+    shape = BatchShape(extend_lens=(1024,), prefix_lens=(0,))
+    for twin in (copy.copy(draft), copy.deepcopy(draft)):
+        assert twin.step_time(shape) == draft.step_time(shape)
+    with pytest.raises(AttributeError):
+        draft.__no_such_dunder__  # noqa: B018

@@ -94,3 +94,19 @@ stop.set(); t.join()
 print(json.dumps({"metadata": "importlib.metadata" in sys.modules, "eager": vars(simpy).get("__version__")}))
 """)
     assert got["metadata"] is True and got["eager"]
+
+
+def test_a_thread_started_with_the_thread_module_counts_too() -> None:
+    # threading.active_count() does not see threads started by `_thread` before `threading` was imported
+    got = _run("""
+import _thread, json, sys, time
+lock = _thread.allocate_lock(); lock.acquire()
+def wait():
+    lock.acquire()
+_thread.start_new_thread(wait, ())
+time.sleep(0.05)
+from simcore._simpy import simpy
+lock.release()
+print(json.dumps({"metadata": "importlib.metadata" in sys.modules, "eager": vars(simpy).get("__version__")}))
+""")
+    assert got["metadata"] is True and got["eager"]

@@ -235,3 +235,12 @@ def test_the_fast_path_knows_the_schema_it_enforces() -> None:
                                                                                ev.MAX_RATE)
     assert sglang_log._field_rule(ev.DecodeBatch, "cuda_graph") == (sglang_log._RULE_BOOL, None, None)
     assert list(pre.template) == list(ev.PrefillBatch.model_fields)
+
+
+def test_a_model_config_the_fast_path_does_not_copy_sends_every_line_to_the_validator(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # e.g. str_strip_whitespace: pydantic would strip ' inst ' to 'inst', the fast path would keep it
+    assert set(sglang_log._fast_classes()) == {"prefill_batch", "decode_batch"}
+    cls = sglang_log.KIND_TO_CLASS["decode_batch"]
+    monkeypatch.setitem(cls.model_config, "str_strip_whitespace", True)
+    assert set(sglang_log._fast_classes()) == {"prefill_batch"}
