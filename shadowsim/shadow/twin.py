@@ -45,6 +45,20 @@ class RecordRejected(ValueError):
         self.reason = reason
 
 
+def _observe_line(observed: dict[str, float], fields: dict) -> None:
+    """A batch line's running / queue / token usage into ``observed`` (its fields read from the event's
+    ``__dict__``: no pydantic attribute hook per field, once per line)."""
+    v = fields["running_reqs"]
+    if v is not None:
+        observed["running"] = float(v)
+    v = fields["queue_reqs"]
+    if v is not None:
+        observed["queue"] = float(v)
+    v = fields["token_usage"]
+    if v is not None:
+        observed["kv_usage"] = float(v)
+
+
 class InstanceTwin:
     """State and behaviour of one shadowed instance."""
 
@@ -260,17 +274,8 @@ class InstanceTwin:
             self._join(rid)
 
     def _on_prefill(self, ev: PrefillBatch) -> None:
-        obs = self.observed  # the batch line's running / queue / token usage (written out: once per line)
         f = ev.__dict__  # the fields (see Anchor.on_prefill_batch)
-        v = f["running_reqs"]
-        if v is not None:
-            obs["running"] = float(v)
-        v = f["queue_reqs"]
-        if v is not None:
-            obs["queue"] = float(v)
-        v = f["token_usage"]
-        if v is not None:
-            obs["kv_usage"] = float(v)
+        _observe_line(self.observed, f)
         # Always fed, even before the first request is submitted (which builds the engine): a step dropped here is
         # missing from S() for every request in flight, e.g. the first seconds of a long-prompt trace.
         a = self._anchor_obj
@@ -279,17 +284,8 @@ class InstanceTwin:
         a.on_prefill_batch(ev)
 
     def _on_decode(self, ev: DecodeBatch) -> None:
-        obs = self.observed  # the batch line's running / queue / token usage (written out: once per line)
         f = ev.__dict__  # the fields (see Anchor.on_prefill_batch)
-        v = f["running_reqs"]
-        if v is not None:
-            obs["running"] = float(v)
-        v = f["queue_reqs"]
-        if v is not None:
-            obs["queue"] = float(v)
-        v = f["token_usage"]
-        if v is not None:
-            obs["kv_usage"] = float(v)
+        _observe_line(self.observed, f)
         if f["accept_len"] is not None:  # one line averages running × decode_log_interval verify passes
             self.acceptance.observe(ev.accept_len, max(1, ev.running_reqs or 0) * DEFAULT_DECODE_LOG_INTERVAL)
         a = self._anchor_obj

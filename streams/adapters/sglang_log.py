@@ -223,9 +223,8 @@ def _bounds(metadata: list[Any]) -> tuple[Any, Any] | None:
     return lo, hi
 
 
-def _field_rule(cls: type, name: str) -> tuple[int, Any, Any] | None:
-    """(rule, lo, hi) of one field of an event class: ``int``, ``float`` or ``bool``, optional or not, with only
-    ``Ge`` / ``Le`` bounds; None for any other field type or constraint."""
+def _annotation_and_metadata(cls: type, name: str) -> tuple[Any, list]:
+    """A field's type and constraint metadata, an ``Optional[X]`` unwrapped to X with X's own metadata."""
     info = cls.model_fields[name]  # type: ignore[attr-defined]
     ann, meta = info.annotation, list(info.metadata)
     args = typing.get_args(ann)
@@ -236,6 +235,13 @@ def _field_rule(cls: type, name: str) -> tuple[int, Any, Any] | None:
             ann = inner[0]
             for extra in inner[1:]:
                 meta += list(getattr(extra, "metadata", [extra]))
+    return ann, meta
+
+
+def _field_rule(cls: type, name: str) -> tuple[int, Any, Any] | None:
+    """(rule, lo, hi) of one field of an event class: ``int``, ``float`` or ``bool``, optional or not, with only
+    ``Ge`` / ``Le`` bounds; None for any other field type or constraint."""
+    ann, meta = _annotation_and_metadata(cls, name)
     if ann is bool:
         return (_RULE_BOOL, None, None) if not meta else None
     if ann not in (int, float):
@@ -248,16 +254,7 @@ def _field_rule(cls: type, name: str) -> tuple[int, Any, Any] | None:
 
 def _text_limit(cls: type, name: str) -> int | None:
     """The ``MaxLen`` of a (possibly optional) text field; None when it has another form or constraint."""
-    info = cls.model_fields[name]  # type: ignore[attr-defined]
-    ann, meta = info.annotation, list(info.metadata)
-    args = typing.get_args(ann)
-    if args and type(None) in args and len(args) == 2:
-        (ann,) = [a for a in args if a is not type(None)]
-        if typing.get_origin(ann) is typing.Annotated:
-            inner = typing.get_args(ann)
-            ann = inner[0]
-            for extra in inner[1:]:
-                meta += list(getattr(extra, "metadata", [extra]))
+    ann, meta = _annotation_and_metadata(cls, name)
     if ann is not str or len(meta) != 1 or not isinstance(meta[0], annotated_types.MaxLen):
         return None
     return int(meta[0].max_length)
