@@ -121,10 +121,20 @@ def test_a_subclass_reads_its_bases_fields() -> None:
 
 
 def test_the_simulation_path_imports_no_dataclasses() -> None:
-    # what bench_dynamo's child runs, in a fresh interpreter: neither dataclasses nor inspect (≈ 32 M instructions)
-    code = ("import sys; from simcore.engine import simulate; from simcore.workload import TraceReplay; "
-            "from simcore.perf import build_latency_model; from simcore.results import RequestRecord; "
-            "from simcore.frozen_model import FrozenModel; "
-            "print('dataclasses' in sys.modules, 'inspect' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "False"], out.stdout + out.stderr
+    # a trace replay of 50 requests with prefix keys, in a fresh interpreter (what bench_dynamo's child does, with
+    # the linear latency model: no tables to build): neither dataclasses nor inspect (≈ 32 M instructions) loaded
+    code = """
+import sys
+from simcore.engine import simulate
+from simcore.perf.base import LinearLatencyModel
+from simcore.request import RequestSpec
+from simcore.settings import ServerSettings
+from simcore.workload import TraceReplay
+reqs = [RequestSpec(f"r{i}", 0.02 * i, 600 + 7 * i, 20 + i, key=(1, 2, i % 3), key_unit=256) for i in range(50)]
+res = simulate(ServerSettings(), LinearLatencyModel(), TraceReplay(reqs), kv_capacity_tokens=50_000, key_unit=256)
+assert len(res.records) == 50 and res.steps > 50, res.steps
+print("dataclasses" in sys.modules, "inspect" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "False"], out.stdout
