@@ -7,11 +7,11 @@ t/68937), so an eager forward of more commands returns only once the GPU has run
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
-from simcore.models import ModelSpec, load_model
+from simcore.models import load_model
 from simcore.perf.base import LinearLatencyModel
 from simcore.perf.launch_queue import (PENDING_LAUNCH_LIMIT, forward_commands, launch_wait_fraction, layer_commands,
                                        step_model)
@@ -53,18 +53,19 @@ def test_moe_and_mla_layers_are_not_counted() -> None:
         assert launch_wait_fraction(m, 8) == 0.0
 
 
-@dataclass
 class _Priced(LinearLatencyModel):
     """The serverkit's linear step times, declared as a Qwen3-32B forward at ``tp`` (what step_model looks for)."""
 
-    model: ModelSpec = QWEN3_32B
-    tp: int = 1
+    def __init__(self, tp: int, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.model = QWEN3_32B
+        self.tp = tp
 
 
 def _lat(tp: int) -> _Priced:
     # every GPU step 10 ms + 0.1 ms per extend token, no CPU time
-    return _Priced(base_s=0.01, per_extend_token_s=1e-4, per_prefix_token_s=0.0, per_decode_req_s=0.0,
-                   per_kv_token_s=0.0, cpu_s=0.0, tp=tp)
+    return _Priced(tp, base_s=0.01, per_extend_token_s=1e-4, per_prefix_token_s=0.0, per_decode_req_s=0.0,
+                   per_kv_token_s=0.0, cpu_s=0.0)
 
 
 def test_step_model_unwraps_only_step_models() -> None:
