@@ -46,6 +46,8 @@ DYNAMO_ENV = Path(os.environ.get("SHADOWSIM_DYNAMO_ENV", Path.home() / ".cache" 
 DYNAMO_PACKAGES = ([f"ai-dynamo=={DYNAMO_VERSION}", f"ai-dynamo-runtime=={DYNAMO_VERSION}"],
                    ["msgspec", "pyzmq", "zstandard", "prometheus-client", "aiohttp", "uvloop"])
 BLOCK = 64
+PLAIN_ENV = Path(os.environ.get("SHADOWSIM_PLAIN_ENV", Path.home() / ".cache" / "shadowsim" /
+                                f"plain-py{sys.version_info[0]}.{sys.version_info[1]}"))
 TABLE_CACHE = Path.home() / ".cache" / "shadowsim" / "tables"  # what the CLI uses (simcore.perf.tables cache)
 
 # What the Dynamo child runs (in its own interpreter and environment): argv = trace, num_gpu_blocks, speedup.
@@ -103,6 +105,46 @@ def dynamo_python() -> Path | None:
         print(f"  Dynamo unavailable ({err.strip().splitlines()[-1] if err.strip() else e}); shadowsim alone")
         return None
     stamp.write_text(DYNAMO_VERSION)
+    return py
+
+
+def plain_python() -> Path:
+    """The interpreter shadowsim's child runs in: a plain virtual environment like Dynamo's, made once.
+
+    ``python -m venv`` from this interpreter's base (pip and setuptools, hence the same ``distutils-precedence.pth``
+    as Dynamo's environment), with SimPy, shadowsim's one dependency on the simulate path, copied in from this
+    environment and compiled (what ``pip install`` leaves); the checkout itself is found from the child's working
+    directory (``python -c``: ``sys.path[0]`` is the checkout), as an installed package is found in site-packages.
+    So both children pay the same interpreter start-up; a development environment's editable install would add
+    its import hook's start-up (≈ 50 M instructions, most of it modules shadowsim imports later anyway, or not:
+    pathlib, urllib.parse) to ours alone. Falls back to this interpreter (with a note) when it cannot be made."""
+    import shutil
+    import subprocess
+
+    import simpy
+
+    env = PLAIN_ENV
+    py = env / "bin" / "python"
+    src = Path(simpy.__file__).resolve().parent
+    version = getattr(simpy, "__version__", "?")
+    stamp = env / ".installed"
+    if stamp.is_file() and py.is_file() and stamp.read_text() == f"simpy {version}":
+        return py
+    try:
+        if env.exists():
+            shutil.rmtree(env)
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base, "-m", "venv", str(env)], check=True, capture_output=True)
+        site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   check=True, capture_output=True, text=True).stdout.strip())
+        shutil.copytree(src, site / "simpy", ignore=shutil.ignore_patterns("__pycache__"))
+        for info in src.parent.glob("simpy-*.dist-info"):
+            shutil.copytree(info, site / info.name)
+        subprocess.run([str(py), "-m", "compileall", "-q", str(site / "simpy")], check=True, capture_output=True)
+    except (subprocess.CalledProcessError, OSError) as e:
+        print(f"  (no plain environment for shadowsim's child: {e}; it runs in {sys.executable})")
+        return Path(sys.executable)
+    stamp.write_text(f"simpy {version}")
     return py
 
 
@@ -165,6 +207,7 @@ def main(rounds: int = 3, only: tuple[str, ...] = ()) -> dict[str, float]:
     print("shadowsim vs Dynamo mocker: Mooncake conversation trace, Llama-3.1-8B-Instruct, 1x H100 SXM "
           f"(CPU s of whole processes, median of {rounds} alternating rounds)")
     py = dynamo_python()
+    ours_py = plain_python()
     if not compile_sources(REPO):
         print("  (could not write the checkout's bytecode: each shadowsim child also compiles its modules)")
     pool = kv_pool_tokens()
@@ -175,7 +218,7 @@ def main(rounds: int = 3, only: tuple[str, ...] = ()) -> dict[str, float]:
         cases = [("whole_trace", str(TRACE), 1.0, rounds), ("sparse_4x", str(TRACE), 4.0, rounds),
                  ("first_100", str(head), 1.0, max(5, rounds))]
         cases = [c for c in cases if not only or c[0] in only]
-        ours_cmd = lambda trace, scale: [sys.executable, "-c", _OURS_CHILD, trace, str(scale)]  # noqa: E731
+        ours_cmd = lambda trace, scale: [str(ours_py), "-c", _OURS_CHILD, trace, str(scale)]  # noqa: E731
         theirs_cmd = lambda trace, scale: [str(py), "-c", _DYNAMO_CHILD, trace, str(pool // BLOCK),  # noqa: E731
                                            str(1.0 / scale)]
         results: dict[str, float] = {"kv_tokens": pool, "num_gpu_blocks": pool // BLOCK}

@@ -21,7 +21,7 @@ from simcore.errors import UserError
 
 # Factors added after the first profiles were written; 0.0 (their default) leaves a profile's hash unchanged.
 _LATE_FACTORS = ("frontend_s", "gpu_per_req_s_by_version", "launch_s_per_mla_layer", "extend_s_per_layer",
-                 "extend_s_per_layer_by_version")
+                 "extend_s_per_layer_by_version", "fp4_moe_autotuned_scale")
 OP_CLASSES = ("gemm", "context_attention", "generation_attention", "communication", "moe", "elementwise")
 
 
@@ -61,6 +61,10 @@ class CalibrationProfile(FrozenModel):
     - ``extend_s_per_layer_by_version``: ``{last version: seconds}`` for it, resolved like
       ``gpu_per_req_s_by_version`` (`for_version`): SGLang 0.4.0's eager extend forward costs ~0.23 ms more per
       layer than the 0.5.x-measured tables (docs/accuracy.md §3.11).
+    - ``fp4_moe_autotuned_scale``: the time of flashinfer's TRT-LLM FP4 MoE with the tactic SGLang's start-up
+      autotune chose, as a fraction of the fallback tactic the MoE tables timed; it applies to the nvfp4 MoE calls
+      that hit the tuning cache (`simcore.perf.moe_parallel`, ``fp4_moe_autotuned_tokens``). 0 = 1 (no correction).
+      Calibrated on the B300 nvfp4 rows' fit split, capped by the HBM bound (docs/accuracy.md §3.12).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -80,6 +84,7 @@ class CalibrationProfile(FrozenModel):
     gpu_per_req_s_by_version: dict[str, float] = Field(default_factory=dict)
     extend_s_per_layer: float = 0.0
     extend_s_per_layer_by_version: dict[str, float] = Field(default_factory=dict)
+    fp4_moe_autotuned_scale: float = Field(0.0, ge=0.0, le=1.0)
     # Roofline efficiencies (fraction of peak reached), measured on the tabulated GPUs.
     roofline: dict[str, float] = Field(default_factory=dict)
     fit_stats: dict[str, FitStat] = Field(default_factory=dict)
