@@ -27,6 +27,8 @@ NATIVE_MODULES: tuple[str, ...] = (
     "simcore.decode_run",
     "simcore.server_core",
     "simcore.server",
+    "simcore.perf.interp",
+    "simcore.perf.costs",
     "simcore.perf.step",
     # the ingest decoder (issue 11): the batch-line parser, the log-line header, the consumer's partition loop
     # (tests/streams/test_native_streams.py; figures in docs/shadow.md, Ingest speed)

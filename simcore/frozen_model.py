@@ -23,11 +23,11 @@ from __future__ import annotations
 import re
 import sys
 import typing
-from dataclasses import FrozenInstanceError
 from types import NoneType, UnionType
 from typing import Any, Callable, ClassVar, Literal
 
 from simcore.errors import UserError
+from simcore.written_dataclass import frozen_error
 
 _MISSING: Any = object()
 
@@ -417,10 +417,10 @@ class FrozenModel:
 
     # ---- frozen value semantics ------------------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
-        raise FrozenInstanceError(f"{type(self).__name__} is frozen: cannot assign {name!r}")
+        raise frozen_error(f"{type(self).__name__} is frozen: cannot assign {name!r}")
 
     def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"{type(self).__name__} is frozen: cannot delete {name!r}")
+        raise frozen_error(f"{type(self).__name__} is frozen: cannot delete {name!r}")
 
     def _values(self) -> tuple[Any, ...]:
         d = self.__dict__

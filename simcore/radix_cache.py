@@ -25,8 +25,11 @@ All sizes are in tokens (KV slots). Nothing here allocates memory: the pool is :
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 from typing import Any, Sequence
+
+from simcore.written_dataclass import DataclassFields, frozen_error
+
+_object_setattr = object.__setattr__
 
 _SYN = "syn"  # tag of synthetic child keys: ("syn", uid) never equals an int or a tuple of ints
 
@@ -56,12 +59,52 @@ class TreeNode:
         return f"TreeNode(id={self.id}, ntok={self.ntok}, end={self.end}, lock={self.lock_ref})"
 
 
-@dataclass(frozen=True, slots=True)
 class MatchResult:
     """Longest cached prefix: ``prefix_len`` tokens, ending at ``node`` (the root when nothing matched)."""
 
+    __slots__ = ("prefix_len", "node")
+    __match_args__ = ("prefix_len", "node")
+    __dataclass_fields__ = DataclassFields(frozen=True)
+
     prefix_len: int
     node: TreeNode
+
+    def __init__(self, prefix_len: int, node: TreeNode) -> None:
+        _object_setattr(self, "prefix_len", prefix_len)
+        _object_setattr(self, "node", node)
+
+    def __repr__(self) -> str:
+        return (self.__class__.__qualname__
+                + f"(prefix_len={self.prefix_len!r}, node={self.node!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return ((self.prefix_len, self.node)
+                    == (other.prefix_len, other.node))  # type: ignore[attr-defined]
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.prefix_len, self.node))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if type(self) is MatchResult or name in _MATCHRESULT_FIELDS:
+            raise frozen_error(f"cannot assign to field {name!r}")
+        super(MatchResult, self).__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if type(self) is MatchResult or name in _MATCHRESULT_FIELDS:
+            raise frozen_error(f"cannot delete field {name!r}")
+        super(MatchResult, self).__delattr__(name)
+
+    def __getstate__(self) -> list[Any]:
+        return [self.prefix_len, self.node]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for name, value in zip(_MATCHRESULT_FIELDS, state):
+            _object_setattr(self, name, value)
+
+
+_MATCHRESULT_FIELDS = MatchResult.__match_args__
 
 
 def _common_prefix(a: tuple[int, ...], off: int, b: tuple[int, ...]) -> int:

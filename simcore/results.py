@@ -5,14 +5,15 @@ Units: seconds in records (``*_s``), milliseconds in the summary's latency objec
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 
 from simcore.perf.base import BatchShape
+from simcore.written_dataclass import DataclassFields, frozen_error
+
+_object_setattr = object.__setattr__
 
 
-@dataclass(frozen=True, slots=True)
 class RequestRecord:
     """One finished request, timed like SGLang's TokenizerManager (§1).
 
@@ -27,6 +28,12 @@ class RequestRecord:
     weighted samples (``SimResult.itl_values_s``/``itl_weights``) for the ITL statistics.
     """
 
+    __slots__ = ("rid", "arrival_s", "input_len", "output_len", "cached_tokens", "first_token_s", "finish_s",
+                 "ttft_s", "tpot_s", "e2e_s", "queue_time_s", "num_retractions", "aborted")
+    __match_args__ = ("rid", "arrival_s", "input_len", "output_len", "cached_tokens", "first_token_s", "finish_s",
+                      "ttft_s", "tpot_s", "e2e_s", "queue_time_s", "num_retractions", "aborted")
+    __dataclass_fields__ = DataclassFields(frozen=True)
+
     rid: str
     arrival_s: float
     input_len: int
@@ -38,20 +45,90 @@ class RequestRecord:
     tpot_s: float | None
     e2e_s: float
     queue_time_s: float
-    num_retractions: int = 0
-    aborted: bool = False
+    num_retractions: int
+    aborted: bool
+
+    def __init__(self, rid: str, arrival_s: float, input_len: int, output_len: int, cached_tokens: int,
+                 first_token_s: float, finish_s: float, ttft_s: float, tpot_s: float | None, e2e_s: float,
+                 queue_time_s: float, num_retractions: int = 0, aborted: bool = False) -> None:
+        _object_setattr(self, "rid", rid)
+        _object_setattr(self, "arrival_s", arrival_s)
+        _object_setattr(self, "input_len", input_len)
+        _object_setattr(self, "output_len", output_len)
+        _object_setattr(self, "cached_tokens", cached_tokens)
+        _object_setattr(self, "first_token_s", first_token_s)
+        _object_setattr(self, "finish_s", finish_s)
+        _object_setattr(self, "ttft_s", ttft_s)
+        _object_setattr(self, "tpot_s", tpot_s)
+        _object_setattr(self, "e2e_s", e2e_s)
+        _object_setattr(self, "queue_time_s", queue_time_s)
+        _object_setattr(self, "num_retractions", num_retractions)
+        _object_setattr(self, "aborted", aborted)
+
+    def __repr__(self) -> str:
+        return (self.__class__.__qualname__
+                + f"(rid={self.rid!r}, arrival_s={self.arrival_s!r}, input_len={self.input_len!r}, "
+                  f"output_len={self.output_len!r}, cached_tokens={self.cached_tokens!r}, "
+                  f"first_token_s={self.first_token_s!r}, finish_s={self.finish_s!r}, "
+                  f"ttft_s={self.ttft_s!r}, tpot_s={self.tpot_s!r}, e2e_s={self.e2e_s!r}, "
+                  f"queue_time_s={self.queue_time_s!r}, num_retractions={self.num_retractions!r}, "
+                  f"aborted={self.aborted!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return ((self.rid, self.arrival_s, self.input_len, self.output_len, self.cached_tokens,
+                     self.first_token_s, self.finish_s, self.ttft_s, self.tpot_s, self.e2e_s, self.queue_time_s,
+                     self.num_retractions, self.aborted)
+                    == (other.rid, other.arrival_s, other.input_len, other.output_len, other.cached_tokens,
+                        other.first_token_s, other.finish_s, other.ttft_s, other.tpot_s, other.e2e_s,
+                        other.queue_time_s, other.num_retractions, other.aborted))  # type: ignore[attr-defined]
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.rid, self.arrival_s, self.input_len, self.output_len, self.cached_tokens,
+                     self.first_token_s, self.finish_s, self.ttft_s, self.tpot_s, self.e2e_s, self.queue_time_s,
+                     self.num_retractions, self.aborted))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if type(self) is RequestRecord or name in _REQUESTRECORD_FIELDS:
+            raise frozen_error(f"cannot assign to field {name!r}")
+        super(RequestRecord, self).__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if type(self) is RequestRecord or name in _REQUESTRECORD_FIELDS:
+            raise frozen_error(f"cannot delete field {name!r}")
+        super(RequestRecord, self).__delattr__(name)
+
+    def __getstate__(self) -> list[Any]:
+        return [self.rid, self.arrival_s, self.input_len, self.output_len, self.cached_tokens, self.first_token_s,
+                self.finish_s, self.ttft_s, self.tpot_s, self.e2e_s, self.queue_time_s, self.num_retractions,
+                self.aborted]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for name, value in zip(_REQUESTRECORD_FIELDS, state):
+            _object_setattr(self, name, value)
 
     def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict  # start-up: imported by what uses it
+
         return asdict(self)
 
 
-@dataclass(frozen=True, slots=True)
+_REQUESTRECORD_FIELDS = RequestRecord.__match_args__
+
+
 class StepRecord:
     """One scheduler iteration that launched a forward pass, for observers (live exporter, tests).
 
     ``start_s``: GPU launch; ``end_s``: GPU end. ``kv_used``/``kv_capacity`` in tokens after the step's
     allocations (SGLang's ``num_used``, §4.6). ``retracted``: rids retracted by this step's scheduling pass.
     """
+
+    __slots__ = ("start_s", "end_s", "shape", "num_running", "num_waiting", "kv_used", "kv_capacity",
+                 "new_token_ratio", "retracted")
+    __match_args__ = ("start_s", "end_s", "shape", "num_running", "num_waiting", "kv_used", "kv_capacity",
+                      "new_token_ratio", "retracted")
+    __dataclass_fields__ = DataclassFields(frozen=True)
 
     start_s: float
     end_s: float
@@ -61,7 +138,59 @@ class StepRecord:
     kv_used: int
     kv_capacity: int
     new_token_ratio: float
-    retracted: tuple[str, ...] = ()
+    retracted: tuple[str, ...]
+
+    def __init__(self, start_s: float, end_s: float, shape: BatchShape, num_running: int, num_waiting: int,
+                 kv_used: int, kv_capacity: int, new_token_ratio: float, retracted: tuple[str, ...] = ()) -> None:
+        _object_setattr(self, "start_s", start_s)
+        _object_setattr(self, "end_s", end_s)
+        _object_setattr(self, "shape", shape)
+        _object_setattr(self, "num_running", num_running)
+        _object_setattr(self, "num_waiting", num_waiting)
+        _object_setattr(self, "kv_used", kv_used)
+        _object_setattr(self, "kv_capacity", kv_capacity)
+        _object_setattr(self, "new_token_ratio", new_token_ratio)
+        _object_setattr(self, "retracted", retracted)
+
+    def __repr__(self) -> str:
+        return (self.__class__.__qualname__
+                + f"(start_s={self.start_s!r}, end_s={self.end_s!r}, shape={self.shape!r}, "
+                  f"num_running={self.num_running!r}, num_waiting={self.num_waiting!r}, "
+                  f"kv_used={self.kv_used!r}, kv_capacity={self.kv_capacity!r}, "
+                  f"new_token_ratio={self.new_token_ratio!r}, retracted={self.retracted!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return ((self.start_s, self.end_s, self.shape, self.num_running, self.num_waiting, self.kv_used,
+                     self.kv_capacity, self.new_token_ratio, self.retracted)
+                    == (other.start_s, other.end_s, other.shape, other.num_running, other.num_waiting, other.kv_used,
+                        other.kv_capacity, other.new_token_ratio, other.retracted))  # type: ignore[attr-defined]
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.start_s, self.end_s, self.shape, self.num_running, self.num_waiting, self.kv_used,
+                     self.kv_capacity, self.new_token_ratio, self.retracted))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if type(self) is StepRecord or name in _STEPRECORD_FIELDS:
+            raise frozen_error(f"cannot assign to field {name!r}")
+        super(StepRecord, self).__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if type(self) is StepRecord or name in _STEPRECORD_FIELDS:
+            raise frozen_error(f"cannot delete field {name!r}")
+        super(StepRecord, self).__delattr__(name)
+
+    def __getstate__(self) -> list[Any]:
+        return [self.start_s, self.end_s, self.shape, self.num_running, self.num_waiting, self.kv_used,
+                self.kv_capacity, self.new_token_ratio, self.retracted]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for name, value in zip(_STEPRECORD_FIELDS, state):
+            _object_setattr(self, name, value)
+
+
+_STEPRECORD_FIELDS = StepRecord.__match_args__
 
 
 def _stats_ms(values: Sequence[float], weights: Sequence[float] | None = None) -> dict[str, float | None]:

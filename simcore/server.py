@@ -6,7 +6,8 @@ One iteration at time ``t``: ingest arrivals (``arrival_s + tokenize_s <= t``), 
 - overlap ON (default): the GPU starts at ``max(t + cpu, end of the previous GPU step)``; the next iteration
   starts at ``max(t + cpu, end of the previous GPU step)`` and first applies the *previous* batch's results
   (tokens, finishes), whose tokens reach the client at that batch's GPU end plus the CPU time of the pass that
-  launched the next batch (§8.1) — a first token appears one CPU pass after its prefill's GPU work ends. Requests
+  launched the next batch (§8.1) — a first token appears one CPU pass after its prefill's GPU work ends, or, when
+  the next batch is an eager extend, after that batch's launch has returned (``simcore.perf.launch_queue``). Requests
   that finish by length are left out of the next batch; an EOS finish costs one extra decode row (§6.3, §8.3.8).
 - overlap OFF: ``t + cpu + gpu``, results applied before the next iteration.
 
@@ -44,6 +45,7 @@ from simcore.frozen_new import frozen_new
 from simcore.kv_cache import KVCache
 from simcore.memory import max_running_requests as _derive_max_running
 from simcore.perf.base import BatchShape, LatencyModel, has_pure_step_time
+from simcore.perf.launch_queue import launch_wait_fraction, step_model
 from simcore.radix_cache import RadixCache, TreeNode
 from simcore.request import RequestSpec
 from simcore.results import RequestRecord, StepRecord
@@ -129,6 +131,11 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
         self.tok_free = env.now
         self.page = settings.page_size
         self.overlap = not settings.disable_overlap_schedule
+        # overlap: the previous batch's results are read once this pass's launch has returned, and an eager
+        # forward's launch returns when the GPU has run the first launch_wait of it (the CUDA launch queue,
+        # simcore.perf.launch_queue; 0: not modelled for this model, or the launch returns before the GPU starts)
+        sm = step_model(latency)
+        self.launch_wait = launch_wait_fraction(sm.model, sm.tp) if self.overlap and sm is not None else 0.0
         cap = kv_capacity_tokens
         self.kv = KVCache(cap, settings.page_size, key_unit, settings.disable_radix_cache)
         ctx = context_len or settings.context_length or cap
@@ -297,9 +304,16 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
                     prev = self.inflight
                     self.inflight = batch
                     if prev is not None:
-                        nxt = max(t + cpu, prev.gpu_end)
+                        ready = prev.gpu_end
+                        if self.launch_wait > 0.0 and batch.kind == "prefill":
+                            # SGLang reads prev's results after this eager launch returns (launch_done), when
+                            # the GPU has run launch_wait of it (simcore.perf.launch_queue)
+                            done = launch + self.launch_wait * gpu
+                            if done > ready:
+                                ready = done
+                        nxt = max(t + cpu, ready)
                         # its results reach the client once this CPU pass is also done (§8.1)
-                        prev.emit_s = prev.gpu_end + cpu
+                        prev.emit_s = ready + cpu
                     else:
                         nxt = t + cpu
                     self.due = prev

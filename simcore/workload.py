@@ -10,7 +10,6 @@ Also here: :func:`prefix_reuse_ceiling`, the best cache hit rate any cache could
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Iterable, Protocol, Sequence, Union
 
 from simcore._simpy import simpy
@@ -231,7 +230,7 @@ class TraceReplay(_Workload):
             delay = start + (r.arrival_s - t0) * self.time_scale - env.now
             if delay > 0:
                 yield env.timeout(delay)
-            spec = dataclasses.replace(r, arrival_s=float(env.now))
+            spec = r.with_arrival(float(env.now))  # = dataclasses.replace(r, arrival_s=...)
             self.submitted.append(spec)
             self._watch(server.submit(spec))
 

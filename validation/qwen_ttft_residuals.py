@@ -59,6 +59,26 @@ def mape(rows: list[dict[str, Any]], metric: str) -> float:
     return mean(abs(signed_pct(r, metric)) for r in rows)
 
 
+def large_waves_by_osl(rows: list[dict[str, Any]], min_chunks: int = 33) -> dict[int, dict[str, float]]:
+    """The TP4/TP8 rows whose wave fills at least ``min_chunks`` chunks, per output length: signed mean TTFT, TPOT
+    and e2e error (percent), and the mean of simulated − measured TTFT next to measured − simulated decode span
+    (TPOT × (osl − 1)), in ms. Every chunk of such a row is priced the same at every osl, so a chunk-cost error moves
+    all three output lengths alike; time that moves from TTFT into the decode span leaves e2e where it is."""
+    out: dict[int, dict[str, float]] = {}
+    big = [r for r in rows if r["tp"] in (4, 8)
+           and math.ceil(r["concurrency"] * (r["isl"] + TEMPLATE_TOKENS) / CHUNK_TOKENS) >= min_chunks]
+    for osl in sorted({r["osl"] for r in big}):
+        rs = [r for r in big if r["osl"] == osl]
+        out[osl] = {"n": len(rs),
+                    "ttft_pct": mean(signed_pct(r, "ttft") for r in rs),
+                    "tpot_pct": mean(signed_pct(r, "tpot") for r in rs),
+                    "e2e_pct": mean((r["predicted_e2e_ms"] / r["measured_e2e_ms"] - 1.0) * 100.0 for r in rs),
+                    "ttft_excess_ms": mean(r["predicted_ttft_ms"] - r["measured_ttft_ms"] for r in rs),
+                    "decode_deficit_ms": mean((r["measured_tpot_ms"] - r["predicted_tpot_ms"]) * (osl - 1)
+                                              for r in rs)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("validate_json", help="output of `shadowsim validate ... --json`")
@@ -74,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     for column in ("tp", "isl", "osl", "concurrency"):
         cells = ", ".join(f"{k}: {s:+.1f} / {a:.1f} ({n})" for k, (s, a, n) in by_column(multi, column).items())
         print(f"TP2-8 TTFT signed mean / MAPE by {column}: {cells}")
+    for osl, g in large_waves_by_osl(multi).items():
+        print(f"TP4/TP8 waves >= 33 chunks, osl {osl} ({g['n']:.0f} rows): signed TTFT {g['ttft_pct']:+.1f}% / "
+              f"TPOT {g['tpot_pct']:+.1f}% / e2e {g['e2e_pct']:+.1f}%; simulated - measured TTFT "
+              f"{g['ttft_excess_ms']:+.0f} ms, measured - simulated decode span {g['decode_deficit_ms']:+.0f} ms")
     fit = [r for i, r in enumerate(rows) if i % 3 != 2]
     held = [r for i, r in enumerate(rows) if i % 3 == 2]
     print(f"TP2-8 ({len(multi)} rows): TTFT {mape(multi, 'ttft'):.2f} / TPOT {mape(multi, 'tpot'):.2f}")

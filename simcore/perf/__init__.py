@@ -68,7 +68,8 @@ def build_latency_model(model: ModelSpec, gpu: GpuSpec, tp: int, precision: str,
     layout = parallel if parallel is not None else ParallelLayout(tp_size=tp, gpus_per_node=gpu.gpus_per_node)
     if layout.tp_size != tp:
         raise UserError("--tp", f"the parallel layout has tp_size {layout.tp_size}, the model was asked for {tp}")
-    if not layout.is_trivial:
-        costs = ParallelCosts(costs, layout, gpu, model)
+    # an nvfp4 server whose decode MoE runs autotuned tactics needs the layout's costs even at plain TP
+    if not layout.is_trivial or (layout.fp4_moe_autotuned_tokens and prec == "nvfp4"):
+        costs = ParallelCosts(costs, layout, gpu, model, fp4_moe_autotuned_scale=prof.fp4_moe_autotuned_scale or 1.0)
     return StepLatencyModel(model, costs, tp, prec, prof, kv_dtype_bytes=kv_dtype_bytes,
                             backend="table" if tables is not None else "roofline")

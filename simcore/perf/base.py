@@ -6,13 +6,15 @@ simulator calls them once per step, so they memoize by shape (the contract is mi
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from simcore.written_dataclass import DataclassFields, frozen_error
+
+_object_setattr = object.__setattr__
 
 ForwardMode = Literal["prefill", "decode", "mixed", "idle"]
 
 
-@dataclass(frozen=True, slots=True)
 class BatchShape:
     """One forward pass, as the scheduler built it.
 
@@ -25,12 +27,62 @@ class BatchShape:
       step runs eagerly (batch above the largest captured size, prefill, or graphs disabled).
     """
 
-    extend_lens: tuple[int, ...] = ()
-    prefix_lens: tuple[int, ...] = ()
-    num_decode: int = 0
-    decode_sum_kv: int = 0
-    decode_kv_lens: tuple[int, ...] = ()
-    cuda_graph_bs: int | None = None
+    __slots__ = ("extend_lens", "prefix_lens", "num_decode", "decode_sum_kv", "decode_kv_lens", "cuda_graph_bs")
+    __match_args__ = ("extend_lens", "prefix_lens", "num_decode", "decode_sum_kv", "decode_kv_lens", "cuda_graph_bs")
+    __dataclass_fields__ = DataclassFields(frozen=True)
+
+    extend_lens: tuple[int, ...]
+    prefix_lens: tuple[int, ...]
+    num_decode: int
+    decode_sum_kv: int
+    decode_kv_lens: tuple[int, ...]
+    cuda_graph_bs: int | None
+
+    def __init__(self, extend_lens: tuple[int, ...] = (), prefix_lens: tuple[int, ...] = (), num_decode: int = 0,
+                 decode_sum_kv: int = 0, decode_kv_lens: tuple[int, ...] = (),
+                 cuda_graph_bs: int | None = None) -> None:
+        _object_setattr(self, "extend_lens", extend_lens)
+        _object_setattr(self, "prefix_lens", prefix_lens)
+        _object_setattr(self, "num_decode", num_decode)
+        _object_setattr(self, "decode_sum_kv", decode_sum_kv)
+        _object_setattr(self, "decode_kv_lens", decode_kv_lens)
+        _object_setattr(self, "cuda_graph_bs", cuda_graph_bs)
+
+    def __repr__(self) -> str:
+        return (self.__class__.__qualname__
+                + f"(extend_lens={self.extend_lens!r}, prefix_lens={self.prefix_lens!r}, "
+                  f"num_decode={self.num_decode!r}, decode_sum_kv={self.decode_sum_kv!r}, "
+                  f"decode_kv_lens={self.decode_kv_lens!r}, cuda_graph_bs={self.cuda_graph_bs!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return ((self.extend_lens, self.prefix_lens, self.num_decode, self.decode_sum_kv, self.decode_kv_lens,
+                     self.cuda_graph_bs)
+                    == (other.extend_lens, other.prefix_lens, other.num_decode, other.decode_sum_kv,
+                        other.decode_kv_lens, other.cuda_graph_bs))  # type: ignore[attr-defined]
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.extend_lens, self.prefix_lens, self.num_decode, self.decode_sum_kv, self.decode_kv_lens,
+                     self.cuda_graph_bs))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if type(self) is BatchShape or name in _BATCHSHAPE_FIELDS:
+            raise frozen_error(f"cannot assign to field {name!r}")
+        super(BatchShape, self).__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if type(self) is BatchShape or name in _BATCHSHAPE_FIELDS:
+            raise frozen_error(f"cannot delete field {name!r}")
+        super(BatchShape, self).__delattr__(name)
+
+    def __getstate__(self) -> list[Any]:
+        return [self.extend_lens, self.prefix_lens, self.num_decode, self.decode_sum_kv, self.decode_kv_lens,
+                self.cuda_graph_bs]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for name, value in zip(_BATCHSHAPE_FIELDS, state):
+            _object_setattr(self, name, value)
 
     @property
     def mode(self) -> ForwardMode:
@@ -47,12 +99,55 @@ class BatchShape:
         return sum(self.extend_lens)
 
 
-@dataclass(frozen=True, slots=True)
+_BATCHSHAPE_FIELDS = BatchShape.__match_args__
+
+
 class StepTime:
     """Duration of one scheduler iteration, split into the GPU forward and the host-side (CPU) work."""
 
+    __slots__ = ("gpu_s", "cpu_s")
+    __match_args__ = ("gpu_s", "cpu_s")
+    __dataclass_fields__ = DataclassFields(frozen=True)
+
     gpu_s: float
     cpu_s: float
+
+    def __init__(self, gpu_s: float, cpu_s: float) -> None:
+        _object_setattr(self, "gpu_s", gpu_s)
+        _object_setattr(self, "cpu_s", cpu_s)
+
+    def __repr__(self) -> str:
+        return (self.__class__.__qualname__
+                + f"(gpu_s={self.gpu_s!r}, cpu_s={self.cpu_s!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return ((self.gpu_s, self.cpu_s)
+                    == (other.gpu_s, other.cpu_s))  # type: ignore[attr-defined]
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.gpu_s, self.cpu_s))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if type(self) is StepTime or name in _STEPTIME_FIELDS:
+            raise frozen_error(f"cannot assign to field {name!r}")
+        super(StepTime, self).__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if type(self) is StepTime or name in _STEPTIME_FIELDS:
+            raise frozen_error(f"cannot delete field {name!r}")
+        super(StepTime, self).__delattr__(name)
+
+    def __getstate__(self) -> list[Any]:
+        return [self.gpu_s, self.cpu_s]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for name, value in zip(_STEPTIME_FIELDS, state):
+            _object_setattr(self, name, value)
+
+
+_STEPTIME_FIELDS = StepTime.__match_args__
 
 
 @runtime_checkable
@@ -73,7 +168,6 @@ def has_pure_step_time(latency: LatencyModel) -> bool:
     return bool(getattr(latency, "pure_step_time", False))
 
 
-@dataclass
 class LinearLatencyModel:
     """A transparent analytic model: a + b·tokens + c·Σkv. Used by tests and as a last resort.
 
@@ -82,6 +176,10 @@ class LinearLatencyModel:
     """
 
     pure_step_time = True  # see LatencyModel: the step time is a function of the shape alone
+    __match_args__ = ("base_s", "per_extend_token_s", "per_prefix_token_s", "per_decode_req_s", "per_kv_token_s",
+                      "cpu_s", "name", "profile_hash")
+    __dataclass_fields__ = DataclassFields(frozen=False)
+
     base_s: float = 0.005
     per_extend_token_s: float = 1.0e-4
     per_prefix_token_s: float = 0.0
@@ -90,6 +188,37 @@ class LinearLatencyModel:
     cpu_s: float = 0.0
     name: str = "linear"
     profile_hash: str = "none"
+
+    def __init__(self, base_s: float = 0.005, per_extend_token_s: float = 1.0e-4, per_prefix_token_s: float = 0.0,
+                 per_decode_req_s: float = 1.0e-5, per_kv_token_s: float = 1.0e-8, cpu_s: float = 0.0,
+                 name: str = "linear", profile_hash: str = "none") -> None:
+        self.base_s = base_s
+        self.per_extend_token_s = per_extend_token_s
+        self.per_prefix_token_s = per_prefix_token_s
+        self.per_decode_req_s = per_decode_req_s
+        self.per_kv_token_s = per_kv_token_s
+        self.cpu_s = cpu_s
+        self.name = name
+        self.profile_hash = profile_hash
+
+    def __repr__(self) -> str:
+        return (self.__class__.__qualname__
+                + f"(base_s={self.base_s!r}, per_extend_token_s={self.per_extend_token_s!r}, "
+                  f"per_prefix_token_s={self.per_prefix_token_s!r}, "
+                  f"per_decode_req_s={self.per_decode_req_s!r}, "
+                  f"per_kv_token_s={self.per_kv_token_s!r}, cpu_s={self.cpu_s!r}, "
+                  f"name={self.name!r}, profile_hash={self.profile_hash!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return ((self.base_s, self.per_extend_token_s, self.per_prefix_token_s, self.per_decode_req_s,
+                     self.per_kv_token_s, self.cpu_s, self.name, self.profile_hash)
+                    == (other.base_s, other.per_extend_token_s, other.per_prefix_token_s, other.per_decode_req_s,
+                        other.per_kv_token_s, other.cpu_s, other.name,
+                        other.profile_hash))  # type: ignore[attr-defined]
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # eq without frozen: unhashable, as a dataclass's
 
     def step_time(self, shape: BatchShape) -> StepTime:
         extend_lens = shape.extend_lens

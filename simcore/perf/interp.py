@@ -17,6 +17,11 @@ from array import array
 from itertools import product
 from typing import TYPE_CHECKING, Any, Sequence
 
+try:
+    import cython  # compiled (setup.py NATIVE_MODULES, interp.pxd): Cython's directives; interpreted: no-ops
+except ImportError:  # pragma: no cover - Cython is a build dependency, not a runtime one
+    from simcore import _pure_cython as cython
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -53,20 +58,41 @@ class Curve:
         self.ly = [math.log(y) for _, y in pts]
         self.n = len(pts)
 
+    def __reduce__(self) -> tuple[Any, tuple[list[float], list[float]]]:
+        # the same pickle compiled (an extension type, interp.pxd) and interpreted: the table cache holds curves
+        return _curve_from_logs, (self.lx, self.ly)
+
+    @cython.locals(t=cython.double, lo=cython.double, hi=cython.double, y_lo=cython.double, y_hi=cython.double,
+                   w=cython.double, i=cython.Py_ssize_t)
     def __call__(self, x: float) -> float:
+        # (compiled, the locals are C doubles: the same IEEE operations in the same order as Python floats)
         lx = self.lx
+        ly = self.ly
         if self.n == 1 or x <= 0:
-            return math.exp(self.ly[0])
+            return math.exp(ly[0])
         t = math.log(x)
         if t <= lx[0]:
-            return math.exp(self.ly[0])
+            return math.exp(ly[0])
         i = bisect_right(lx, t)
         if i >= self.n:
-            slope = (self.ly[-1] - self.ly[-2]) / (lx[-1] - lx[-2])
+            slope = (ly[-1] - ly[-2]) / (lx[-1] - lx[-2])
             slope = min(2.0, max(0.0, slope))
-            return math.exp(self.ly[-1] + slope * (t - lx[-1]))
-        w = (t - lx[i - 1]) / (lx[i] - lx[i - 1])
-        return math.exp(self.ly[i - 1] + w * (self.ly[i] - self.ly[i - 1]))
+            return math.exp(ly[-1] + slope * (t - lx[-1]))
+        lo = lx[i - 1]
+        hi = lx[i]
+        y_lo = ly[i - 1]
+        y_hi = ly[i]
+        w = (t - lo) / (hi - lo)
+        return math.exp(y_lo + w * (y_hi - y_lo))
+
+
+def _curve_from_logs(lx: list[float], ly: list[float]) -> Curve:
+    """A `Curve` from its log-space points, as pickled (`Curve.__reduce__`)."""
+    c = Curve.__new__(Curve)
+    c.lx = lx
+    c.ly = ly
+    c.n = len(lx)
+    return c
 
 
 def _fill_line(lx: np.ndarray, ly: np.ndarray) -> np.ndarray:

@@ -22,6 +22,20 @@ multi-node tensor parallelism, and the per-op dtypes of a serving precision.
   hops of ``INTER_NODE_HOP_S``), all-gather inside the node. The two intra-node halves together cost one
   measured intra-node all-reduce of the same message.
 
+**Autotuned FP4 MoE** (``fp4_moe_autotuned_tokens``). SGLang tunes flashinfer's TRT-LLM MoE once at start-up, over
+every token count up to ``max_running_requests`` (``model_executor/model_runner.py`` ``_flashinfer_autotune``: a
+dummy decode batch of ``req_to_token_pool.size`` tokens under ``autotune()``); a later call uses a tuned tactic only
+if its shapes hit the tuning cache, else the kernel's default ("fallback") tactic. aiconfigurator's MoE tables were
+collected without ``autotune()`` (``collector/sglang/collect_moe.py``), so they time the fallback tactic. The FP4
+call hits the cache from SGLang 0.5.10 on: 0.5.9 passes the hidden-state scales flattened
+(``layers/moe/moe_runner/flashinfer_trtllm.py`` ``hidden_states_scale=….flatten()``, sgl-project/sglang PR #19189
+"Fix fallback to default tactic") and flashinfer 0.6.3 maps only the first linked dimension to its bucket, while
+0.5.10.post1 reshapes them to ``(tokens, hidden / 16)`` and flashinfer 0.6.7.post3 maps every linked dimension
+(``autotuner.py`` ``_find_nearest_profile``). The fp8 block-scale call passes its scales transposed
+(``a_sf.t()``: tokens in dimension 1) in both and keeps missing. So only nvfp4 MoE calls of at most
+``fp4_moe_autotuned_tokens`` tokens (0 = none: SGLang < 0.5.10, a GPU before SM100) run tuned tactics; they cost
+the table's time × the profile's ``fp4_moe_autotuned_scale`` (docs/accuracy.md §3.12, "The autotuned FP4 MoE").
+
 Routing distribution: the MoE tables measured ``balanced`` routing and power-law skew (``power_law_1.01``); real
 traffic is skewed, so ``power_law`` is the default (as before this module), ``balanced`` the ideal.
 
@@ -56,9 +70,9 @@ class ParallelLayout(FrozenValue):
     """One server's split over GPUs (SGLang's flag names). ``gpus_per_node``: the GPU's NVLink domain."""
 
     __slots__ = ("tp_size", "ep_size", "dp_size", "enable_dp_attention", "moe_a2a_backend", "gpus_per_node",
-                 "routing")
+                 "routing", "fp4_moe_autotuned_tokens")
     _defaults = {"tp_size": 1, "ep_size": 1, "dp_size": 1, "enable_dp_attention": False, "moe_a2a_backend": "none",
-                 "gpus_per_node": 8, "routing": "power_law"}
+                 "gpus_per_node": 8, "routing": "power_law", "fp4_moe_autotuned_tokens": 0}
     tp_size: int
     ep_size: int
     dp_size: int
@@ -66,6 +80,7 @@ class ParallelLayout(FrozenValue):
     moe_a2a_backend: str
     gpus_per_node: int
     routing: Routing
+    fp4_moe_autotuned_tokens: int  # nvfp4 MoE calls of at most this many tokens run tuned tactics (module docstring)
 
     def __post_init__(self) -> None:
         if self.moe_a2a_backend not in A2A_BACKENDS:
@@ -88,7 +103,8 @@ class ParallelLayout(FrozenValue):
                       ) -> "ParallelLayout":
         return cls(tp_size=settings.tp_size, ep_size=settings.ep_size, dp_size=settings.dp_size,
                    enable_dp_attention=settings.enable_dp_attention, moe_a2a_backend=settings.moe_a2a_backend,
-                   gpus_per_node=gpu.gpus_per_node, routing=routing)
+                   gpus_per_node=gpu.gpus_per_node, routing=routing,
+                   fp4_moe_autotuned_tokens=fp4_moe_autotuned_tokens(settings, gpu))
 
     @property
     def moe_tp_size(self) -> int:
@@ -110,6 +126,21 @@ class ParallelLayout(FrozenValue):
         """Plain single-domain TP: nothing here changes the costs."""
         return self.ep_size == 1 and self.moe_a2a_backend == "none" and self.num_nodes == 1 \
             and not self.enable_dp_attention
+
+
+# The first SGLang version whose FP4 TRT-LLM MoE call hits flashinfer's tuning cache (module docstring).
+FP4_MOE_AUTOTUNE_HIT_VERSION = (0, 5, 10)
+
+
+def fp4_moe_autotuned_tokens(settings: "ServerSettings", gpu: "GpuSpec") -> int:
+    """How many tokens an nvfp4 MoE call may have and still run a tuned tactic: SGLang's start-up autotune covers
+    every count up to ``max_running_requests`` (the request pool; the CUDA-graph sizes when it is not given) on
+    Blackwell (SM100+, where the DeepSeek FP4 MoE runs flashinfer's TRT-LLM kernel) from SGLang 0.5.10 on; else 0."""
+    from simcore.settings import _version_tuple
+
+    if gpu.sm_version < 100 or _version_tuple(settings.sglang_version) < FP4_MOE_AUTOTUNE_HIT_VERSION:
+        return 0
+    return int(settings.max_running_requests or settings.cuda_graph_max_bs or 0)
 
 
 class OpDtypes(FrozenValue):
@@ -166,9 +197,11 @@ class ParallelCosts:
     """Per-op costs of a layout: `moe_s` and `allreduce_s` changed as the module docstring says; every other op
     is the wrapped costs' own (``__getattr__``)."""
 
-    def __init__(self, base: Any, layout: ParallelLayout, gpu: "GpuSpec", model: "ModelSpec") -> None:
+    def __init__(self, base: Any, layout: ParallelLayout, gpu: "GpuSpec", model: "ModelSpec",
+                 fp4_moe_autotuned_scale: float = 1.0) -> None:
         self.base = base
         self.layout = layout
+        self.fp4_moe_autotuned_scale = fp4_moe_autotuned_scale
         self.gpu = gpu
         self.model = model
         self.roof = getattr(base, "roof", base)
@@ -201,7 +234,10 @@ class ParallelCosts:
             c = mt.curve(dtype=dtype, hidden=hidden, inter=full_inter, topk=top_k, experts=experts,
                          tp=lay.moe_tp_size, ep=lay.ep_size, power_law=lay.routing == "power_law")
             if c is not None:
-                return c(tokens) * 1e-3
+                t = c(tokens) * 1e-3  # the fallback tactic the collector timed
+                if dtype == "nvfp4" and tokens <= lay.fp4_moe_autotuned_tokens:
+                    t *= self.fp4_moe_autotuned_scale  # a tuned tactic (module docstring)
+                return t
         # roofline: this rank's experts/ep experts at full_inter/moe_tp width, receiving top_k/ep of the routes
         return self.roof.moe_s(tokens, hidden, max(1, full_inter // lay.moe_tp_size), top_k / lay.ep_size,
                                max(1, experts // lay.ep_size), dtype)

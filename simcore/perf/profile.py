@@ -12,16 +12,20 @@ updated one observation at a time (see simcore.perf.calibrate).
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
+from typing import TYPE_CHECKING
 
 from simcore.frozen_model import ConfigDict, Field, FieldError, FrozenModel
 
 from simcore._sha256 import sha256
 from simcore.errors import UserError
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 # Factors added after the first profiles were written; 0.0 (their default) leaves a profile's hash unchanged.
 _LATE_FACTORS = ("frontend_s", "gpu_per_req_s_by_version", "launch_s_per_mla_layer", "extend_s_per_layer",
-                 "extend_s_per_layer_by_version")
+                 "extend_s_per_layer_by_version", "fp4_moe_autotuned_scale")
 OP_CLASSES = ("gemm", "context_attention", "generation_attention", "communication", "moe", "elementwise")
 
 
@@ -61,6 +65,10 @@ class CalibrationProfile(FrozenModel):
     - ``extend_s_per_layer_by_version``: ``{last version: seconds}`` for it, resolved like
       ``gpu_per_req_s_by_version`` (`for_version`): SGLang 0.4.0's eager extend forward costs ~0.23 ms more per
       layer than the 0.5.x-measured tables (docs/accuracy.md §3.11).
+    - ``fp4_moe_autotuned_scale``: the time of flashinfer's TRT-LLM FP4 MoE with the tactic SGLang's start-up
+      autotune chose, as a fraction of the fallback tactic the MoE tables timed; it applies to the nvfp4 MoE calls
+      that hit the tuning cache (`simcore.perf.moe_parallel`, ``fp4_moe_autotuned_tokens``). 0 = 1 (no correction).
+      Calibrated on the B300 nvfp4 rows' fit split, capped by the HBM bound (docs/accuracy.md §3.12).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -80,6 +88,7 @@ class CalibrationProfile(FrozenModel):
     gpu_per_req_s_by_version: dict[str, float] = Field(default_factory=dict)
     extend_s_per_layer: float = 0.0
     extend_s_per_layer_by_version: dict[str, float] = Field(default_factory=dict)
+    fp4_moe_autotuned_scale: float = Field(0.0, ge=0.0, le=1.0)
     # Roofline efficiencies (fraction of peak reached), measured on the tabulated GPUs.
     roofline: dict[str, float] = Field(default_factory=dict)
     fit_stats: dict[str, FitStat] = Field(default_factory=dict)
@@ -120,6 +129,8 @@ class CalibrationProfile(FrozenModel):
 
     def save(self, path: str | Path) -> None:
         """Write atomically (temp file then rename) so a reader never sees half a profile."""
+        from pathlib import Path
+
         p = Path(path)
         tmp = p.with_suffix(p.suffix + ".tmp")
         tmp.write_text(self.to_json())
@@ -128,9 +139,10 @@ class CalibrationProfile(FrozenModel):
     @classmethod
     def load(cls, path: str | Path) -> CalibrationProfile:
         """Read a profile file; a stored ``profile_hash`` that no longer matches the content is refused."""
-        p = Path(path)
+        p = os.fspath(path)  # not pathlib (start-up)
         try:
-            data = json.loads(p.read_text())
+            with open(p) as f:
+                data = json.loads(f.read())
         except FileNotFoundError:
             raise UserError("--profile", f"no profile file at {p}", "run `shadowsim calibrate` to create one") from None
         except json.JSONDecodeError as exc:
@@ -155,12 +167,17 @@ class CalibrationProfile(FrozenModel):
 
 
 def default_profile_path() -> Path:
-    return Path(__file__).with_name("data") / "default_profile.json"
+    from pathlib import Path
+
+    return Path(_DEFAULT_PROFILE)
+
+
+# os.path, not pathlib, on the simulate path: pathlib's import is ≈ 17 M instructions of start-up
+_DEFAULT_PROFILE = os.path.join(os.path.dirname(__file__), "data", "default_profile.json")
 
 
 def default_profile() -> CalibrationProfile:
     """The shipped profile (fitted by `shadowsim calibrate` on the measured tables), or neutral defaults."""
-    p = default_profile_path()
-    if p.is_file():
-        return CalibrationProfile.load(p)
+    if os.path.isfile(_DEFAULT_PROFILE):
+        return CalibrationProfile.load(_DEFAULT_PROFILE)
     return CalibrationProfile()

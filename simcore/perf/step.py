@@ -126,7 +126,7 @@ class StepLatencyModel:
         # the two halves of a DP-attention step (attention_side_s, mlp_side_s), token-count parts
         self._attention_dense_memo: dict[tuple[int, bool], float] = {}
         self._mlp_memo: dict[tuple[int, int], float] = {}
-        self._memo: dict[BatchShape, StepTime] = {}
+        self._memo: dict[tuple, StepTime] = {}  # by the shape's fields (step_time)
 
     # ---- the token-count-only part ------------------------------------------------------------------------
     def _dense_part(self, m: int, logits: int, graph: bool) -> float:
@@ -263,19 +263,23 @@ class StepLatencyModel:
 
     # ---- the LatencyModel protocol ----------------------------------------------------------------------------
     def step_time(self, shape: BatchShape) -> StepTime:
-        hit = self._memo.get(shape)
+        # keyed by the shape's fields, which is what BatchShape's own __eq__/__hash__ compare (a tuple hashes in C;
+        # the frozen dataclass's generated __hash__ and __eq__ are interpreted methods)
+        key = (shape.extend_lens, shape.prefix_lens, shape.num_decode, shape.decode_sum_kv, shape.decode_kv_lens,
+               shape.cuda_graph_bs)
+        hit = self._memo.get(key)
         if hit is not None:
             return hit
         out = self._compute(shape)
         if len(self._memo) >= MEMO_LIMIT:
             self._memo.clear()
-        self._memo[shape] = out
+        self._memo[key] = out
         return out
 
     def _compute(self, shape: BatchShape) -> StepTime:
         n_ext = len(shape.extend_lens)
         n_req = n_ext + shape.num_decode
-        ext_tokens = shape.num_extend_tokens
+        ext_tokens = sum(shape.extend_lens)  # BatchShape.num_extend_tokens (an interpreted property)
         prof = self.profile
         # host_s and _dense_part's memo look-up, inlined: this is the hot path of every new step shape
         cpu = prof.cpu_base_s + prof.cpu_per_req_s * n_req + prof.cpu_per_token_s * ext_tokens

@@ -52,3 +52,14 @@ cpdef double _dec_span(str s, Py_ssize_t a, Py_ssize_t b) except? -2.0
                j=Py_ssize_t, c=Py_UCS4, bounds=dict)
 cpdef object _fast_batch(tuple plan, str body, object ts, object iid, object source, str event_id, dict ranks,
                          object it)
+
+# The batch line's header read one character at a time (``_batch_line``, the scan of ``_BATCH_LINE``'s match)
+@cython.locals(i=Py_ssize_t, c=Py_UCS4)
+cdef bint _ascii_digits(str line, Py_ssize_t a, Py_ssize_t b) except -1
+
+@cython.locals(n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t, c=Py_UCS4, sec=cython.longlong,
+               ms=cython.longlong, tags_start=Py_ssize_t, tags_end=Py_ssize_t, decode=cython.bint)
+cpdef object _batch_line(str line, object ctx)
+
+cdef object _retraction_line(str line, object ctx, Py_ssize_t start, long long sec, long long ms,
+                             Py_ssize_t tags_start, Py_ssize_t tags_end)

@@ -731,9 +731,9 @@ _BATCH_LINE = re.compile(r"\[([0-9]{4}-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-
 _NOT_FAST = object()
 
 
-def _batch_line(line: str, ctx: ParseContext) -> Any:
-    """``parse_line`` of a batch line whose header and message start ``_BATCH_LINE`` reads, else ``_NOT_FAST``
-    (tests/streams/adapters/test_fast_paths.py compares it with the general path)."""
+def _batch_line_regex(line: str, ctx: ParseContext) -> Any:
+    """``_batch_line`` as it was, with ``_BATCH_LINE``'s match (the reference tests/streams/adapters/test_fast_paths.py
+    compares the scan below with)."""
     m = _BATCH_LINE.match(line)
     if m is None or m.end(4) >= 120:  # _fast_header looks for the bracket's end within 120 characters
         return _NOT_FAST
@@ -747,6 +747,139 @@ def _batch_line(line: str, ctx: ParseContext) -> Any:
     ranks = (_TAGS_CACHE.get(tags) or _ranks_of(tags)) if tags else _NO_RANKS
     kind = "prefill_batch" if word != "Decode" else "decode_batch"
     return _batch(kind, line[m.end():], it, ranks, ctx)
+
+
+def _ascii_digits(line: str, a: int, b: int) -> bool:
+    """Whether ``line[a:b]`` is all ASCII digits (``[0-9]``); the caller has checked ``b <= len(line)``."""
+    for i in range(a, b):
+        c = _char(line, i)
+        if c < "0" or c > "9":
+            return False
+    return True
+
+
+def _retraction_line(line: str, ctx: ParseContext, start: int, sec: int, ms: int, tags_start: int,
+                     tags_end: int) -> Any:
+    """``parse_line`` of a dated line whose header ``_batch_line`` has read (seconds ``sec``, milliseconds ``ms`` or
+    -1, rank tags ``line[tags_start:tags_end]``) and whose message, ``line[start:]``, starts with ``D`` or ``K``
+    but is no batch line: a retraction line, as ``parse_message`` reads one (``_retraction``), else ``_NOT_FAST``
+    (the general path: it reads the same header, as ``_fast_header`` does, then finds no other line starting so)."""
+    msg = line[start:]
+    if not ((msg.startswith("Decode out of memory happened") or msg.startswith("KV cache pool is full"))
+            and "#retracted_reqs" in msg):
+        return _NOT_FAST
+    stamp = line[1:17]
+    minute = _MINUTE_CACHE.get(stamp) or _minute(stamp)
+    if minute is None:
+        return _NOT_FAST
+    day, hm = minute
+    ctx.day_epoch = day
+    ctx.last_ts = day + (float(hm + sec) + (ms / 1000 if ms >= 0 else 0.0))
+    if tags_end > tags_start:
+        tags = line[tags_start:tags_end]
+        ranks = _TAGS_CACHE.get(tags) or _ranks_of(tags)
+    else:
+        ranks = _NO_RANKS
+    return _retraction(msg, ranks, ctx)
+
+
+def _batch_line(line: str, ctx: ParseContext) -> Any:
+    """``parse_line`` of a batch line whose header and message start ``_BATCH_LINE`` reads, else ``_NOT_FAST``
+    (tests/streams/adapters/test_fast_paths.py compares it with the general path and with ``_batch_line_regex``).
+
+    The line is read as ``_BATCH_LINE.match`` reads it, one character at a time: the pattern has one way to match
+    (each optional part is either taken or impossible: the milliseconds' ``.`` is neither a space nor ``]``; a tag's
+    ``[A-Z_]*``, its ``\\d+`` and what follows it (a space or ``]``) are disjoint classes, so a tag that does not
+    read leaves a space where ``]`` is needed; ``Prefill?`` and ``Decode`` need `` batch`` after them; the
+    iteration ``( ?\\[(\\d+)\\])?``, ``[.,]?`` and `` ?`` end the match, so each is taken when it reads). ``\\d``
+    is sre's Unicode decimal digit (``str.isdecimal``), ``[0-9]`` ASCII."""
+    n = len(line)
+    if n < 20 or _char(line, 0) != "[" or _char(line, 5) != "-" or _char(line, 8) != "-" or _char(line, 11) != " " \
+            or _char(line, 14) != ":" or _char(line, 17) != ":":
+        return _NOT_FAST
+    if not (_ascii_digits(line, 1, 5) and _ascii_digits(line, 6, 8) and _ascii_digits(line, 9, 11)
+            and _ascii_digits(line, 12, 14) and _ascii_digits(line, 15, 17) and _ascii_digits(line, 18, 20)):
+        return _NOT_FAST
+    sec = (ord(_char(line, 18)) - 48) * 10 + (ord(_char(line, 19)) - 48)
+    i = 20
+    ms = -1
+    if i < n and _char(line, i) == ".":
+        if i + 4 > n or not _ascii_digits(line, i + 1, i + 4):
+            return _NOT_FAST
+        ms = (ord(_char(line, i + 1)) - 48) * 100 + (ord(_char(line, i + 2)) - 48) * 10 + (ord(_char(line, i + 3)) - 48)
+        i += 4
+    tags_start = i
+    while i < n and _char(line, i) == " ":  # (?: [A-Z][A-Z_]*\d+)*
+        j = i + 1
+        if j >= n:
+            return _NOT_FAST
+        c = _char(line, j)
+        if c < "A" or c > "Z":
+            return _NOT_FAST
+        j += 1
+        while j < n:
+            c = _char(line, j)
+            if (c < "A" or c > "Z") and c != "_":
+                break
+            j += 1
+        k = j
+        while j < n and _char(line, j).isdecimal():
+            j += 1
+        if j == k:
+            return _NOT_FAST
+        i = j
+    if i >= n or _char(line, i) != "]" or i >= 120:  # m.end(4) >= 120: _fast_header's limit
+        return _NOT_FAST
+    tags_end = i
+    i += 1
+    if i < n and _char(line, i) == " ":
+        i += 1
+    if i + 6 > n:
+        return _NOT_FAST
+    decode = False
+    if _char(line, i) == "P" and _char(line, i + 1) == "r" and _char(line, i + 2) == "e" and _char(line, i + 3) == "f" \
+            and _char(line, i + 4) == "i" and _char(line, i + 5) == "l":
+        i += 6
+        if i < n and _char(line, i) == "l":
+            i += 1
+    elif _char(line, i) == "D" and _char(line, i + 1) == "e" and _char(line, i + 2) == "c" and _char(line, i + 3) == "o" \
+            and _char(line, i + 4) == "d" and _char(line, i + 5) == "e":
+        i += 6
+        decode = True
+    elif _char(line, i) == "K":
+        return _retraction_line(line, ctx, i, sec, ms, tags_start, tags_end)
+    else:
+        return _NOT_FAST
+    if i + 6 > n or _char(line, i) != " " or _char(line, i + 1) != "b" or _char(line, i + 2) != "a" \
+            or _char(line, i + 3) != "t" or _char(line, i + 4) != "c" or _char(line, i + 5) != "h":
+        return _retraction_line(line, ctx, i - 6, sec, ms, tags_start, tags_end) if decode else _NOT_FAST
+    i += 6
+    it = None
+    j = i + 1 if i < n and _char(line, i) == " " else i  # (?: ?\[(\d+)\])?
+    if j < n and _char(line, j) == "[":
+        k = j + 1
+        while k < n and _char(line, k).isdecimal():
+            k += 1
+        if k > j + 1 and k < n and _char(line, k) == "]":
+            it = line[j + 1:k]
+            i = k + 1
+    if i < n and (_char(line, i) == "." or _char(line, i) == ","):
+        i += 1
+    if i < n and _char(line, i) == " ":
+        i += 1
+    stamp = line[1:17]
+    minute = _MINUTE_CACHE.get(stamp) or _minute(stamp)  # the cache's hit, without the call
+    if minute is None:
+        return _NOT_FAST
+    day, hm = minute
+    ctx.day_epoch = day
+    ctx.last_ts = day + (float(hm + sec) + (ms / 1000 if ms >= 0 else 0.0))
+    if tags_end > tags_start:
+        tags = line[tags_start:tags_end]
+        ranks = _TAGS_CACHE.get(tags) or _ranks_of(tags)
+    else:
+        ranks = _NO_RANKS
+    return _batch("decode_batch" if decode else "prefill_batch", line[i:], it, ranks, ctx)
 
 
 def parse_line(line: str, ctx: ParseContext) -> LineResult:

@@ -136,3 +136,40 @@ def test_curve_along_is_at_bit_for_bit() -> None:
                 want = Curve(*_curve_points_by_at(grid, 1, [batch]))
                 got = grid.curve_along(1, [batch])
                 assert (got.lx, got.ly) == (want.lx, want.ly)
+
+
+_PICKLE_CHILD = r"""
+import pickle, sys
+sys.path.insert(0, sys.argv[1])
+from simcore.perf.interp import Curve
+c = Curve([1, 4, 16, 64, 256], [3.0, 5.5, 20.0, 71.0, 260.0])
+print(pickle.dumps(c, protocol=4).hex(), type(c).__module__, repr([c(x) for x in (0.5, 2, 7.3, 64, 1000)]))
+"""
+
+
+def test_a_curve_pickles_to_the_same_bytes_compiled_and_interpreted_and_back() -> None:
+    """The table cache (simcore/perf/tables.py) pickles curves, and one cache serves compiled and
+    ``SHADOWSIM_PURE_PYTHON=1`` processes: `Curve.__reduce__` names the module-level ``_curve_from_logs`` (a
+    compiled extension type would otherwise pickle through Cython's own ``__pyx_unpickle_Curve``, which the .py
+    does not have). Both builds give the same bytes, the same values, and load each other's pickles."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    out = {}
+    for pure in (False, True):
+        env = {k: v for k, v in os.environ.items() if k != "SHADOWSIM_PURE_PYTHON"}
+        if pure:
+            env["SHADOWSIM_PURE_PYTHON"] = "1"
+        run = subprocess.run([sys.executable, "-c", _PICKLE_CHILD, str(repo)], env=env, cwd=repo,
+                             capture_output=True, text=True, check=True, timeout=120)
+        out[pure] = run.stdout.split(" ", 2)
+    assert out[False][0] == out[True][0]  # the same pickle bytes
+    assert out[False][2] == out[True][2]  # the same values, repr for repr
+    back = pickle.loads(bytes.fromhex(out[True][0]))
+    assert isinstance(back, Curve) and back.n == 5
+    assert back.lx == Curve([1, 4, 16, 64, 256], [3.0, 5.5, 20.0, 71.0, 260.0]).lx
+    assert repr([back(x) for x in (0.5, 2, 7.3, 64, 1000)]) == out[False][2].strip()

@@ -269,3 +269,72 @@ def test_learned_batch_line_forms_read_what_findall_reads(real_lines: list[str],
     assert len(b.scratch) == 0 and len(sglang_log._SHAPES) <= sglang_log.MAX_SHAPES
     # both taken: lines read by a learned form, and lines the form refused (then read by findall)
     assert learned_used > 2_000 and used - learned_used > 3_000, (used, learned_used)
+
+
+_HEAD_ALPHABET = ["0", "9", "5", "٣", "A", "Z", "P", "D", "T", "_", "a", " ", "  ", "]", "[", ".", ",", ":", "-",
+                  "l", "\t", "\u2003", "é", "", "]]", "TP", "DP1", " batch", "Prefill", "Decode", "[12]", "[ 1]"]
+
+
+def _mutate_header(rng: random.Random, line: str) -> str:
+    """A batch line with one to three edits in its first 70 characters (the header, the kind, the iteration), or cut
+    short anywhere in them."""
+    if rng.random() < 0.15:
+        return line[:rng.randint(0, min(len(line), 70))]
+    for _ in range(rng.randint(1, 3)):
+        i = rng.randint(0, min(len(line), 70))
+        op = rng.random()
+        piece = rng.choice(_HEAD_ALPHABET)
+        if op < 0.4:
+            line = line[:i] + piece + line[i + 1:]
+        elif op < 0.7:
+            line = line[:i] + piece + line[i:]
+        else:
+            line = line[:i] + line[i + rng.randint(1, 4):]
+    return line
+
+
+def test_the_batch_line_header_scan_reads_what_the_header_regex_reads(real_lines: list[str]) -> None:
+    """``_batch_line`` reads the header, kind and iteration one character at a time (compiled: C code points);
+    ``_batch_line_regex`` reads them with ``_BATCH_LINE``'s match, as it did before. On every real line, on the
+    seeded fuzzed batch lines above and on 60,000 seeded edits of the real batch lines' first 70 characters (ASCII
+    and non-ASCII digits, rank tags, brackets, separators, the kind's words, cuts): the same result (events or reason,
+    or both refusing), the same ``last_ts`` and ``day_epoch`` (their ``repr``), the same learned form."""
+    rng = random.Random(23)
+    batch = [x.rstrip("\r\n") for x in real_lines if " batch" in x and x[:1] == "["]
+    retractions = [x.rstrip("\r\n") for x in real_lines if "#retracted_reqs" in x and x[:1] == "["]
+    retractions += [x.replace("Decode out of memory happened.", "KV cache pool is full. Retract requests.")
+                    for x in retractions]
+    assert len(batch) > 200 and len(retractions) > 20
+    batch += retractions * 8
+    lines = [x.rstrip("\r\n") for x in real_lines] + [x.rstrip("\r\n") for x in _fuzz_batch_lines(rng, 10_000)]
+    lines += [_mutate_header(rng, rng.choice(batch)) for _ in range(60_000)]
+    lines += ["[2025-01-07 20:16:03.123 " + "TP" * 40 + "1] Decode batch. #running-req: 1",  # bracket at >= 120
+              "[2025-01-07 20:16:03.123 " + "TP" * 30 + "1] Decode batch. #running-req: 1"]
+    taken = refused = retracted = 0
+    for line in lines:
+        a, b = ParseContext(source="t", instance_id="i", line_no=3), ParseContext(source="t", instance_id="i",
+                                                                                  line_no=3)
+        a.last_ts = b.last_ts = 1.0
+        got, want = sglang_log._batch_line(line, a), sglang_log._batch_line_regex(line, b)
+        if want is sglang_log._NOT_FAST:
+            # the regex read batch lines only; the scan reads retraction lines too (compared with the general path
+            # below)
+            retraction = got is not sglang_log._NOT_FAST
+            assert not retraction or "#retracted_reqs" in line, repr(line)
+            refused += not retraction
+        else:
+            assert got == want, repr(line)
+            taken += 1
+            retraction = False
+        if not retraction:
+            assert (repr(a.last_ts), repr(a.day_epoch)) == (repr(b.last_ts), repr(b.day_epoch)), repr(line)
+        assert {k: v[0].pattern for k, v in a.scratch.items()} == {k: v[0].pattern for k, v in b.scratch.items()}
+        # and what parse_line gives (the scan also reads retraction lines) is the general path's
+        a, b = ParseContext(source="t", instance_id="i", line_no=3), ParseContext(source="t", instance_id="i",
+                                                                                  line_no=3)
+        a.last_ts = b.last_ts = 1.0
+        got, want = sglang_log.parse_line(line, a), sglang_log._parse_line_general(line, b)
+        assert (got, repr(a.last_ts), repr(a.day_epoch)) == (want, repr(b.last_ts), repr(b.day_epoch)), repr(line)
+        if got and getattr(got[0], "kind", None) == "retraction":
+            retracted += 1
+    assert taken > 8_000 and refused > 15_000 and retracted > 2_000, (taken, refused, retracted)
