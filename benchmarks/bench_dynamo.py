@@ -11,7 +11,11 @@ requests, about an hour of arrivals, 512-token hash blocks), served by Llama-3.1
   zstandard prometheus-client aiohttp uvloop``), cached in ``$SHADOWSIM_DYNAMO_ENV`` (default
   ``~/.cache/shadowsim/dynamo-1.6.1``).
 - **shadowsim**: a fresh interpreter that imports ``simcore``, reads the trace and runs ``simcore.engine.simulate``
-  with SGLang's defaults for that server (414,145-token pool, chunked prefill 8192, 2048 running, overlap on).
+  with SGLang's defaults for that server (414,145-token pool, chunked prefill 8192, 2048 running, overlap on):
+  ``benchmarks.dynamo_child``, run by the interpreter of a plain virtual environment made like Dynamo's
+  (``plain_python``: ``python -m venv``, SimPy copied in; cached in ``$SHADOWSIM_PLAIN_ENV``, default
+  ``~/.cache/shadowsim/plain-py3.X``), so both sides pay the same interpreter and site start-up, not the
+  development environment's editable-install hook.
 
 Each measurement is one fresh process; its CPU time (user + system, interpreter start-up and imports included) is
 what the kernel accounted to it, and its peak memory its own ``VmHWM``. The two simulators alternate, the order
@@ -32,11 +36,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
-# The measured child (``--child``) runs this module: what it imports here is part of its figure, so the imports
-# only the parent needs (statistics, subprocess, tempfile: ~20 ms) are made inside the functions that use them.
+# The measured child is benchmarks.dynamo_child (``--child`` runs it too): what it imports is part of its figure,
+# so it is a module of its own, without this one's pathlib and what the parent imports in its functions.
 
 REPO = Path(__file__).resolve().parents[1]
 TRACE = (REPO / ".." / "shared" / "data" / "mooncake" / "conversation_trace.jsonl").resolve()
@@ -48,7 +51,6 @@ DYNAMO_PACKAGES = ([f"ai-dynamo=={DYNAMO_VERSION}", f"ai-dynamo-runtime=={DYNAMO
 BLOCK = 64
 PLAIN_ENV = Path(os.environ.get("SHADOWSIM_PLAIN_ENV", Path.home() / ".cache" / "shadowsim" /
                                 f"plain-py{sys.version_info[0]}.{sys.version_info[1]}"))
-TABLE_CACHE = Path.home() / ".cache" / "shadowsim" / "tables"  # what the CLI uses (simcore.perf.tables cache)
 
 # What the Dynamo child runs (in its own interpreter and environment): argv = trace, num_gpu_blocks, speedup.
 _DYNAMO_CHILD = r"""
@@ -69,14 +71,9 @@ print(json.dumps({"requests": s["completed_requests"], "sim_s": s["duration_ms"]
 """
 
 
-# What the shadowsim child runs: this module imported from its compiled bytecode, as an installed entry point is
+# What the shadowsim child runs: its module imported from its compiled bytecode, as an installed entry point is
 # (a script given by path is parsed and compiled from source in every process: ~9 M instructions, ~2 ms).
-_OURS_CHILD = "import sys; from benchmarks.bench_dynamo import child_main; child_main(sys.argv[1:])"
-
-
-def child_main(argv: list[str]) -> None:
-    """The measured shadowsim child (``--child TRACE TIME_SCALE``): one JSON line."""
-    print(json.dumps(_shadowsim_child(argv[0], float(argv[1]))))
+_OURS_CHILD = "import sys; from benchmarks.dynamo_child import child_main; child_main(sys.argv[1:])"
 
 
 def _root_on_path() -> None:
@@ -148,37 +145,18 @@ def plain_python() -> Path:
     return py
 
 
-def _shadowsim_child(trace: str, time_scale: float) -> dict[str, float]:
-    """The shadowsim measurement, in this (fresh) interpreter: imports, trace, model, simulation."""
-    t0 = time.process_time()
+def warm_table_cache() -> None:
+    """Build the H100's tables into the table cache the children read, here (numpy is needed to build them, and
+    the plain environment has none), so every measured child loads them from the cache as a warm CLI does."""
     _root_on_path()
-    from benchmarks.childproc import own_peak_rss_mib
-    from simcore.engine import simulate
-    from simcore.gpus import load_gpu
-    from simcore.memory import max_running_requests, size_kv_pool
-    from simcore.models import load_model
-    from simcore.perf import build_latency_model
-    from simcore.settings import ServerSettings, resolve
-    from simcore.workload import TraceReplay
-    from simcore.perf.tables import use_cache_dir
-    from streams.traces import read_trace
+    from benchmarks.dynamo_child import TABLE_CACHE
+    from simcore.perf.tables import load_tables, use_cache_dir
 
     use_cache_dir(TABLE_CACHE)
-    model, gpu = load_model("meta-llama/Llama-3.1-8B-Instruct"), load_gpu("h100_sxm")
-    settings = resolve(ServerSettings(), gpu.memory_bytes)
-    sizing = size_kv_pool(model, gpu, settings)
-    cap = sizing.max_total_num_tokens
-    lat = build_latency_model(model, gpu, 1, "bf16")
-    reqs = read_trace(trace).requests
-    t1 = time.process_time()
-    res = simulate(settings, lat, TraceReplay(reqs, time_scale=time_scale), kv_capacity_tokens=cap, key_unit=512,
-                   max_running_requests=max_running_requests(cap, sizing.context_len, None),
-                   context_len=sizing.context_len)
-    t2 = time.process_time()
-    ttft = [r.ttft_s for r in res.records]
-    return {"requests": len(res.records), "sim_s": res.sim_time_s, "mean_ttft_ms": 1e3 * sum(ttft) / len(ttft),
-            "startup_cpu_s": t1 - t0, "run_cpu_s": t2 - t1, "steps": res.steps, "kv_tokens": cap,
-            "peak_rss_mib": own_peak_rss_mib()}
+    try:
+        load_tables("h100_sxm")
+    finally:
+        use_cache_dir(None)
 
 
 def kv_pool_tokens() -> int:
@@ -211,6 +189,7 @@ def main(rounds: int = 3, only: tuple[str, ...] = ()) -> dict[str, float]:
     if not compile_sources(REPO):
         print("  (could not write the checkout's bytecode: each shadowsim child also compiles its modules)")
     pool = kv_pool_tokens()
+    warm_table_cache()
     with tempfile.TemporaryDirectory() as tmp:
         head = Path(tmp) / "first100.jsonl"
         with open(TRACE) as f:
@@ -259,6 +238,9 @@ def main(rounds: int = 3, only: tuple[str, ...] = ()) -> dict[str, float]:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _root_on_path()
+        from benchmarks.dynamo_child import child_main
+
         child_main(sys.argv[2:4])
     else:
         args = sys.argv[1:]

@@ -3,7 +3,7 @@
 Each stage is a fresh interpreter that runs the child's steps up to that one and exits; the instructions each one
 executes are counted by valgrind's callgrind (``Ir``: user-space instructions, the same whatever else the machine
 runs, unlike CPU seconds on a shared machine), and the difference between two stages is what that step costs.
-Stages: the interpreter and site; the benchmark's own imports (json, pathlib); SimPy as simcore imports it
+Stages: the interpreter and site; the benchmark's own imports (json, os); SimPy as simcore imports it
 (``simcore._simpy``, with the ``simcore`` package); ``import
 simcore.engine`` with what it imports; the child's other imports; model and GPU specs; settings and KV pool
 sizing; the latency model (tables from the binary cache, the model's GEMM curves); reading the trace; the
@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TRACE = (REPO / ".." / "shared" / "data" / "mooncake" / "conversation_trace.jsonl").resolve()
 
-STAGES = ("interpreter and site", "benchmark imports (json, pathlib)", "simcore and SimPy (simcore._simpy)",
+STAGES = ("interpreter and site", "benchmark imports (json)", "simcore and SimPy (simcore._simpy)",
           "import simcore.engine (and what it imports)", "the child's other imports", "model and GPU specs",
           "settings and KV pool sizing", "latency model (cached tables, GEMM curves)", "reading the trace",
           "simulation", "results")
@@ -43,7 +43,7 @@ def stop(k):
         sys.exit(0)
 stop(0)
 import json
-from pathlib import Path
+import os
 stop(1)
 from simcore._simpy import simpy
 stop(2)
@@ -58,7 +58,7 @@ from simcore.settings import ServerSettings, resolve
 from simcore.workload import TraceReplay
 from streams.traces import read_trace
 stop(4)
-use_cache_dir(Path.home() / ".cache" / "shadowsim" / "tables")
+use_cache_dir(os.path.join(os.path.expanduser("~"), ".cache", "shadowsim", "tables"))
 model, gpu = load_model("meta-llama/Llama-3.1-8B-Instruct"), load_gpu("h100_sxm")
 stop(5)
 settings = resolve(ServerSettings(), gpu.memory_bytes)
@@ -89,12 +89,13 @@ def instructions(cmd: list[str]) -> int:
 
 def main(trace: str | None = None, here: bool = False) -> dict[str, int]:
     sys.path.insert(0, str(REPO))
-    from benchmarks.bench_dynamo import plain_python
+    from benchmarks.bench_dynamo import plain_python, warm_table_cache
     from benchmarks.childproc import clean_env, compile_sources
 
     if shutil.which("valgrind") is None:
         sys.exit("startup_stages: needs valgrind (apt-get install valgrind)")
     compile_sources(REPO)
+    warm_table_cache()  # here: building them needs numpy, which the plain environment has not
     with tempfile.TemporaryDirectory() as tmp:
         if trace is None:
             trace = str(Path(tmp) / "first100.jsonl")
@@ -111,7 +112,7 @@ def main(trace: str | None = None, here: bool = False) -> dict[str, int]:
             counts[name] = n - prev
             print(f"  {name:<46} {(n - prev) / 1e6:7.1f} M   (total {n / 1e6:6.1f} M)", flush=True)
             prev = n
-        child = instructions([python, "-c", "import sys; from benchmarks.bench_dynamo import child_main; "
+        child = instructions([python, "-c", "import sys; from benchmarks.dynamo_child import child_main; "
                                                     "child_main(sys.argv[1:])", trace, "1.0"])
         print(f"  the benchmark's child itself: {child / 1e6:.1f} M")
     print(json.dumps({"bench": "startup_stages", **counts, "child": child}))

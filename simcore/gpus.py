@@ -9,9 +9,9 @@ Units: bytes, bytes per second, FLOP per second (dense tensor-core peak, no spar
 from __future__ import annotations
 
 import json
+import os
 import re
 from functools import lru_cache
-from pathlib import Path
 
 from simcore.frozen_model import ConfigDict, FrozenModel
 
@@ -59,7 +59,8 @@ def _norm(name: str) -> str:
 
 @lru_cache(maxsize=1)
 def _catalogue() -> dict[str, GpuSpec]:
-    raw = json.loads((Path(__file__).parent / "perf" / "data" / "gpus.json").read_text())
+    with open(os.path.join(os.path.dirname(__file__), "perf", "data", "gpus.json")) as f:  # os.path: start-up
+        raw = json.loads(f.read())
     return {g["name"]: GpuSpec(**g) for g in raw["gpus"]}
 
 

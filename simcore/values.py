@@ -12,8 +12,9 @@ methods written once here, driven by the class's ``__slots__``:
 - instances are frozen (assigning or deleting a field raises ``AttributeError``), compared equal when of the same
   class with equal fields in order, hashed by that tuple, shown as ``Name(field=value, ...)``, picklable.
 
-Records on the hot path (``RequestSpec``, ``RequestRecord``, ``BatchShape``: built per request or per step) stay
-dataclasses: their generated ``__init__`` is faster than a generic one.
+Records on the hot path (``RequestSpec``, ``RequestRecord``, ``BatchShape``: built per request or per step) need a
+field-by-field ``__init__``, faster than a generic one: they are dataclasses written out
+(:mod:`simcore.written_dataclass`).
 """
 from __future__ import annotations
 

@@ -10,14 +10,15 @@ guessed at: a silently wrong layer count would poison every prediction.
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from simcore.errors import UserError
 from simcore.models.spec import ModelSpec
 
-_PACKAGE = Path(__file__).parent  # simcore/models: configs/ and not_modelled.json
+# simcore/models: configs/ and not_modelled.json (os.path, not pathlib: its import is ≈ 17 M instructions of start-up)
+_PACKAGE = os.path.dirname(__file__)
 
 DENSE = {"llama", "mistral", "qwen2", "qwen3", "mimo", "qwen3_vl_text", "qwen3_vl", "gemma3", "gemma3_text"}
 MOE = {"qwen3_moe", "mixtral", "qwen2_moe", "qwen3_vl_moe", "qwen3_vl_moe_text", "gpt_oss", "glm4_moe"}
@@ -151,9 +152,9 @@ def spec_from_config(cfg: dict[str, Any], name: str) -> ModelSpec:
 def _catalogue() -> dict[str, str]:
     """Lower-cased HF id → file name of every shipped config."""
     out: dict[str, str] = {}
-    for f in (_PACKAGE / "configs").iterdir():
-        if f.name.endswith("_config.json"):
-            out[f.name.removesuffix("_config.json").replace("--", "/").lower()] = f.name
+    for name in os.listdir(os.path.join(_PACKAGE, "configs")):
+        if name.endswith("_config.json"):
+            out[name.removesuffix("_config.json").replace("--", "/").lower()] = name
     return out
 
 
@@ -186,7 +187,8 @@ def _alias_index() -> dict[str, str]:
 @lru_cache(maxsize=1)
 def not_modelled() -> dict[str, str]:
     """Lower-cased HF id → why a widely served model is not in the catalogue (``not_modelled.json``)."""
-    raw = json.loads((_PACKAGE / "not_modelled.json").read_text())
+    with open(os.path.join(_PACKAGE, "not_modelled.json")) as f:
+        raw = json.loads(f.read())
     return dict(raw["models"])
 
 
@@ -201,8 +203,26 @@ def _canonical(hf_lower: str) -> str:
 
 @lru_cache(maxsize=256)
 def _load_catalogued(hf_lower: str) -> ModelSpec:
-    text = (_PACKAGE / "configs" / _catalogue()[hf_lower]).read_text()
+    with open(os.path.join(_PACKAGE, "configs", _catalogue()[hf_lower])) as f:
+        text = f.read()
     return spec_from_config(json.loads(text), _canonical(hf_lower))
+
+
+def _load_config_path(name_or_path: str) -> ModelSpec | None:
+    """The model of a local config.json (or a folder holding one); None when ``name_or_path`` names neither."""
+    from pathlib import Path
+
+    p = Path(name_or_path)
+    if not (p.suffix == ".json" or p.is_dir()):
+        return None
+    path = p / "config.json" if p.is_dir() else p
+    if not path.is_file():
+        raise UserError("--model", f"no config.json at {path}", "give an HF id or the path of a config.json")
+    try:
+        cfg = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError("--model", f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    return spec_from_config(cfg, path.parent.name or path.stem)
 
 
 def load_model(name_or_path: str) -> ModelSpec:
@@ -210,16 +230,12 @@ def load_model(name_or_path: str) -> ModelSpec:
 
     Raises UserError("--model", …) with the closest catalogued names when nothing matches.
     """
-    p = Path(name_or_path)
-    if p.suffix == ".json" or p.is_dir():
-        path = p / "config.json" if p.is_dir() else p
-        if not path.is_file():
-            raise UserError("--model", f"no config.json at {path}", "give an HF id or the path of a config.json")
-        try:
-            cfg = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise UserError("--model", f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
-        return spec_from_config(cfg, path.parent.name or path.stem)
+    # a local path (pathlib's suffix ".json" or a folder) can only be a name with ".json" in it, a folder or ""
+    # (pathlib's "."): only those are looked at with pathlib; a catalogued id skips its import (start-up)
+    if not name_or_path or ".json" in name_or_path or os.path.isdir(name_or_path):
+        spec = _load_config_path(name_or_path)
+        if spec is not None:
+            return spec
     key = name_or_path.strip().lower()
     if key in _catalogue():  # the exact id: no alias index to build (start-up)
         return _load_catalogued(key)

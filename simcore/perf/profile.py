@@ -12,12 +12,16 @@ updated one observation at a time (see simcore.perf.calibrate).
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
+from typing import TYPE_CHECKING
 
 from simcore.frozen_model import ConfigDict, Field, FieldError, FrozenModel
 
 from simcore._sha256 import sha256
 from simcore.errors import UserError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # Factors added after the first profiles were written; 0.0 (their default) leaves a profile's hash unchanged.
 _LATE_FACTORS = ("frontend_s", "gpu_per_req_s_by_version", "launch_s_per_mla_layer", "extend_s_per_layer",
@@ -125,6 +129,8 @@ class CalibrationProfile(FrozenModel):
 
     def save(self, path: str | Path) -> None:
         """Write atomically (temp file then rename) so a reader never sees half a profile."""
+        from pathlib import Path
+
         p = Path(path)
         tmp = p.with_suffix(p.suffix + ".tmp")
         tmp.write_text(self.to_json())
@@ -133,9 +139,10 @@ class CalibrationProfile(FrozenModel):
     @classmethod
     def load(cls, path: str | Path) -> CalibrationProfile:
         """Read a profile file; a stored ``profile_hash`` that no longer matches the content is refused."""
-        p = Path(path)
+        p = os.fspath(path)  # not pathlib (start-up)
         try:
-            data = json.loads(p.read_text())
+            with open(p) as f:
+                data = json.loads(f.read())
         except FileNotFoundError:
             raise UserError("--profile", f"no profile file at {p}", "run `shadowsim calibrate` to create one") from None
         except json.JSONDecodeError as exc:
@@ -160,12 +167,17 @@ class CalibrationProfile(FrozenModel):
 
 
 def default_profile_path() -> Path:
-    return Path(__file__).with_name("data") / "default_profile.json"
+    from pathlib import Path
+
+    return Path(_DEFAULT_PROFILE)
+
+
+# os.path, not pathlib, on the simulate path: pathlib's import is ≈ 17 M instructions of start-up
+_DEFAULT_PROFILE = os.path.join(os.path.dirname(__file__), "data", "default_profile.json")
 
 
 def default_profile() -> CalibrationProfile:
     """The shipped profile (fitted by `shadowsim calibrate` on the measured tables), or neutral defaults."""
-    p = default_profile_path()
-    if p.is_file():
-        return CalibrationProfile.load(p)
+    if os.path.isfile(_DEFAULT_PROFILE):
+        return CalibrationProfile.load(_DEFAULT_PROFILE)
     return CalibrationProfile()

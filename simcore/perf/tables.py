@@ -21,7 +21,6 @@ import os
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simcore.perf.interp import Curve, LazyNumpy, LogGrid
@@ -32,25 +31,29 @@ except ImportError:  # pragma: no cover - a Python without the accelerator
     from pickle import loads as _unpickle
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import numpy as np
 else:
     np = LazyNumpy()  # start-up: imported when tables are built, not when they are loaded from the cache
 
-_PACKAGE = Path(__file__).parent  # simcore/perf: its data/ and the sources named in the cache's code digest
+# simcore/perf: its data/ and the sources named in the cache's code digest. Paths here are os.path strings, not
+# pathlib's: importing pathlib (with urllib.parse, ipaddress, fnmatch) is ≈ 17 M instructions of start-up
+_PACKAGE = os.path.dirname(__file__)
 DTYPE_CODES = {"bf16": 0, "fp16": 0, "fp8": 1, "fp8_block": 2, "int4": 3, "nvfp4": 4}
 
 
 def tables_dir_names() -> list[str]:
     """GPUs (aiconfigurator system names) that have vendored measured tables."""
-    root = (_PACKAGE / "data" / "tables")
-    return sorted(p.name for p in root.iterdir() if p.is_dir())
+    root = os.path.join(_PACKAGE, "data", "tables")
+    return sorted(name for name in os.listdir(root) if os.path.isdir(os.path.join(root, name)))
 
 
 def _load_npz(gpu: str, name: str) -> dict[str, np.ndarray] | None:
-    f = (_PACKAGE / "data" / "tables" / gpu / f"{name}.npz")
-    if not f.is_file():
+    f = os.path.join(_PACKAGE, "data", "tables", gpu, f"{name}.npz")
+    if not os.path.isfile(f):
         return None
-    with f.open("rb") as fh:
+    with open(f, "rb") as fh:
         z = np.load(fh)
         return {k: z[k] for k in z.files}
 
@@ -284,11 +287,12 @@ def tables_digest(gpu: str) -> str:
     import hashlib  # start-up: a process that finds its digests memoized (`_digests`) hashes nothing here
 
     h = hashlib.sha256()
-    root = (_PACKAGE / "data" / "tables" / gpu)
-    for f in sorted(root.iterdir(), key=lambda p: p.name):
-        if f.name.endswith(".npz"):
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
+    root = os.path.join(_PACKAGE, "data", "tables", gpu)
+    for name in sorted(os.listdir(root)):
+        if name.endswith(".npz"):
+            h.update(name.encode())
+            with open(os.path.join(root, name), "rb") as fh:
+                h.update(fh.read())
     return h.hexdigest()[:12]
 
 
@@ -306,7 +310,7 @@ def tables_digest(gpu: str) -> str:
 _CACHE_FORMAT = 2
 _MAGIC = b"SHSIMTB2"
 _TABLE_MEMBERS = ("gemm", "context_attention", "generation_attention", "context_mla", "generation_mla")
-_cache_dir: Path | None = None
+_cache_dir: str | None = None
 
 
 def use_cache_dir(path: str | Path | None) -> None:
@@ -314,7 +318,7 @@ def use_cache_dir(path: str | Path | None) -> None:
     code that builds them (tables.py, interp.py), so a later process loads them instead of building them.
     ``None`` (the default): build in every process. A damaged or stale file is rebuilt and replaced."""
     global _cache_dir
-    _cache_dir = Path(path) if path is not None else None
+    _cache_dir = os.fspath(path) if path is not None else None
     load_tables.cache_clear()
 
 
@@ -324,13 +328,14 @@ def _code_digest() -> str:
 
     h = hashlib.sha256(str(_CACHE_FORMAT).encode())
     for mod in ("tables.py", "interp.py"):
-        h.update((_PACKAGE / mod).read_bytes())
+        with open(os.path.join(_PACKAGE, mod), "rb") as fh:
+            h.update(fh.read())
     return h.hexdigest()[:12]
 
 
-def _cache_file(gpu: str, digest: str, code_digest: str | None = None) -> Path | None:
+def _cache_file(gpu: str, digest: str, code_digest: str | None = None) -> str | None:
     code = code_digest if code_digest is not None else _code_digest()
-    return None if _cache_dir is None else _cache_dir / f"tables-{gpu}-{digest}-{code}.pickle"
+    return None if _cache_dir is None else os.path.join(_cache_dir, f"tables-{gpu}-{digest}-{code}.pickle")
 
 
 # The two digests that name a cache file cost a SHA-256 over the GPU's 0.6 MB of table files and the two
@@ -340,11 +345,11 @@ def _cache_file(gpu: str, digest: str, code_digest: str | None = None) -> Path |
 # can set it), so a changed file is hashed again; only the signature's own files are trusted this way.
 def _file_signature(gpu: str) -> str:
     parts = [f"format {_CACHE_FORMAT}"]
-    files = sorted((f for f in (_PACKAGE / "data" / "tables" / gpu).iterdir() if f.name.endswith(".npz")),
-                   key=lambda p: p.name)
-    for f in [*files, _PACKAGE / "tables.py", _PACKAGE / "interp.py"]:
-        st = f.stat()
-        parts.append(f"{f.name} {st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}")
+    root = os.path.join(_PACKAGE, "data", "tables", gpu)
+    files = [os.path.join(root, name) for name in sorted(os.listdir(root)) if name.endswith(".npz")]
+    for f in [*files, os.path.join(_PACKAGE, "tables.py"), os.path.join(_PACKAGE, "interp.py")]:
+        st = os.stat(f)
+        parts.append(f"{os.path.basename(f)} {st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}")
     return "; ".join(parts)
 
 
@@ -353,9 +358,10 @@ def _digests(gpu: str) -> tuple[str, str]:
     files' present signature; otherwise computed and the memo (re)written."""
     assert _cache_dir is not None
     signature = _file_signature(gpu)
-    memo = _cache_dir / f"digests-{gpu}-{zlib.crc32(signature.encode()):08x}.txt"
+    memo = os.path.join(_cache_dir, f"digests-{gpu}-{zlib.crc32(signature.encode()):08x}.txt")
     try:
-        saved, digest, code = memo.read_text().split("\n")[:3]
+        with open(memo, encoding="utf-8") as fh:
+            saved, digest, code = fh.read().split("\n")[:3]
         if saved == signature and len(digest) == len(code) == 12:
             return digest, code
     except (OSError, ValueError):  # missing, unreadable or cut short: compute
@@ -408,11 +414,12 @@ class _LazyTables(Mapping[str, Any]):
         return f"_LazyTables({self._member}: {sorted(self._entries)}, loaded {sorted(self._loaded)})"
 
 
-def _read_cached(path: Path, digest: str) -> GpuTables | None:
+def _read_cached(path: str | Path, digest: str) -> GpuTables | None:
     """The tables in ``path`` (tables unpickled lazily), or None when it is missing, short, of another format or
     digest, or its header is damaged."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as fh:
+            data = fh.read()
     except OSError:
         return None
     try:
@@ -471,32 +478,36 @@ def _cache_bytes(tables: GpuTables) -> bytes:
     return b"".join([_MAGIC, len(head).to_bytes(8, "little"), head, *blobs])
 
 
-def _write_cached(path: Path, tables: GpuTables) -> None:
+def _write_cached(path: str | Path, tables: GpuTables) -> None:
     _write_atomic(path, _cache_bytes(tables))
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def _write_atomic(path: str | Path, data: bytes) -> None:
     """Atomically (write a uniquely named sibling, rename): concurrent writers never mix their bytes and readers
     never see half a file. Errors are ignored: a cache that cannot be written only costs the build next time."""
     import tempfile
 
     tmp: str | None = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        parent = os.path.dirname(path) or "."
+        os.makedirs(parent, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=parent)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
     except OSError:
         if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
 
 
 @lru_cache(maxsize=8)
 def load_tables(gpu: str) -> GpuTables | None:
     """Cached `build_tables` for production use (tables are immutable once built; curves cache lazily), from
     the binary cache when `use_cache_dir` named one."""
-    if _cache_dir is None or not (_PACKAGE / "data" / "tables" / gpu / "gemm.npz").is_file():
+    if _cache_dir is None or not os.path.isfile(os.path.join(_PACKAGE, "data", "tables", gpu, "gemm.npz")):
         return build_tables(gpu)
     digest, code = _digests(gpu)
     path = _cache_file(gpu, digest, code)

@@ -59,7 +59,8 @@ def _ranks_of(tags: str) -> dict[str, int]:
 def _rank_tags(tags: str, ranks: dict[str, int]) -> None:
     for tag in tags.split():
         i = len(tag)
-        while i > 0 and tag[i - 1].isdigit():
+        # isdecimal, not isdigit: '²' is a digit that int() refuses (a hostile 'TP²' raised an internal error)
+        while i > 0 and tag[i - 1].isdecimal():
             i -= 1
         f = _RANK_FIELD.get(tag[:i])
         if f is not None and i < len(tag):

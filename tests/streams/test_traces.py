@@ -135,3 +135,33 @@ def test_detection_limit_and_errors(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="unknown format"):
         read_trace(p, "csv")
     assert read_trace(p, ignore_eos=True).requests[0].ignore_eos
+
+
+@pytest.mark.parametrize("path", ["a/b.jsonl", "b.jsonl", "./x/../y.csv", "//srv/t.csv", "///a/b", "/a/b/",
+                                  "a//b/./c.tar.gz", ".hidden", "a.", "a..b", "x/.jsonl", "", ".", "..", "a/..",
+                                  "t.CSV", "dir/"])
+def test_trace_paths_are_spelled_as_pathlib_spells_them(path: str) -> None:
+    # read_trace names requests <stem>:<line> and files in its messages without importing pathlib (start-up):
+    # the same text, name, stem and suffix as PurePosixPath
+    from pathlib import PurePosixPath
+
+    from streams.traces import _name, _path_text, _stem, _suffix_at
+
+    p, text = PurePosixPath(path), _path_text(path)
+    name = _name(text)
+    assert (text, name, _stem(path), name[_suffix_at(name):]) == (str(p), p.name, p.stem, p.suffix)
+
+
+def test_a_trace_read_imports_no_pathlib(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n')
+    code = ("import sys; from streams.traces import read_trace; r = read_trace(sys.argv[1]); "
+            "print(r.requests[0].rid, 'pathlib' in sys.modules)")
+    root = str(Path(__file__).resolve().parents[2])
+    # -S: without site, whose editable-install hook (a development venv) imports pathlib itself
+    out = subprocess.run([sys.executable, "-S", "-c", code, str(trace)], cwd=root, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split() == ["t:1", "False"], out.stderr[-500:]

@@ -225,9 +225,10 @@ def _package_copy(tmp_path: Path) -> Path:
     import shutil
 
     pkg = tmp_path / "perf"
-    shutil.copytree(T._PACKAGE / "data" / "tables" / "h100_sxm", pkg / "data" / "tables" / "h100_sxm")
+    package = Path(T._PACKAGE)  # an os.path string (start-up: no pathlib in simcore.perf.tables)
+    shutil.copytree(package / "data" / "tables" / "h100_sxm", pkg / "data" / "tables" / "h100_sxm")
     for mod in ("tables.py", "interp.py"):
-        shutil.copy(T._PACKAGE / mod, pkg / mod)
+        shutil.copy(package / mod, pkg / mod)
     return pkg
 
 

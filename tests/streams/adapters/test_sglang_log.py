@@ -185,3 +185,11 @@ def test_collector_stamp_alone_still_times_the_line():
     e = one("[2026-10-30 12:00:01] Decode batch. #running-req: 8, #token: 9000, token usage: 0.10, "
             "gen throughput (token/s): 321.50, #queue-req: 0, ")
     assert (e.kind, e.ts) == ("decode_batch", T0)
+
+
+@pytest.mark.parametrize("tags, dp_rank, tp_rank", [("DP5 TP²", 5, None), ("DP5 TP5", 5, 5), ("DP²5 TP1", None, 1)])
+def test_rank_tags_with_a_superscript_digit_are_ignored_not_an_internal_error(tags, dp_rank, tp_rank):
+    # '²'.isdigit() is True but int('²') raises: the tag reader stops at digits int() can read (str.isdecimal)
+    e = one(f"[2026-10-30 12:00:01 {tags}] Decode batch. #running-req: 2, #token: 27373, token usage: 0.09, "
+            "gen throughput (token/s): 1.0, #queue-req: 0, ")
+    assert (e.kind, e.ts, e.dp_rank, e.tp_rank) == ("decode_batch", T0, dp_rank, tp_rank)
