@@ -35,6 +35,8 @@ NATIVE_MODULES: tuple[str, ...] = (
     "streams.adapters.sglang_log",
     "streams.adapters.log_prefix",
     "streams.kafka_io",
+    # the consumer's record-batch reader (issue 11: kafka-python's per-record loop in C; tests/streams/test_kafka_records.py)
+    "streams.kafka_records",
 )
 
 # How Cython compiles them: Python semantics everywhere (annotations are not C types, division and indexing as in

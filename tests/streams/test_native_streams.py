@@ -6,7 +6,8 @@ sources, simcore/_native.py), each decode every line of the real SGLang logs in 
 keyed Kafka records through ``EventConsumer._decode_partition``, the consumer's fast path, and as records of
 ``decode_record``, the reference path), plus seeded mutations of those lines, and the ingest benchmark's 20,000
 records (``benchmarks.bench_ingest.records``: the real batch lines of 13 instances with their time moved forward);
-the benchmark's decoded records then go through one ``ShadowService``. Every result must be identical: a digest of
+the benchmark's decoded records then go through one ``ShadowService``; the corpus and the benchmark's records, put into
+kafka-python record batches, are read back by ``streams.kafka_records.FastPartitionRecords``. Every result must be identical: a digest of
 each record's events (their JSON), its dead-letter reason, and of the twins' snapshots (one per instance and DP
 rank; the decoded events being equal, so are the predictions made from them).
 The compiled run must really have imported every ``streams`` module that was built, and the pure run none.
@@ -96,6 +97,25 @@ recs = []
 for start in range(0, len(bench), 2000):
     recs += c._decode_partition([crec(0, start + i, k, v) for i, (k, v) in enumerate(bench[start:start + 2000])])
 digest("bench_records", map(rec_text, recs))
+# the record-batch reader (streams.kafka_records): the corpus and the benchmark's records in kafka-python batches,
+# read back 700 records per take (every field of every ConsumerRecord, then the position and metrics)
+from kafka.record import MemoryRecords, MemoryRecordsBuilder
+from kafka.structs import TopicPartition
+from streams.kafka_records import FastPartitionRecords
+def unpacked(pairs):
+    data = b""
+    for start in range(0, len(pairs), 1500):
+        b = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 26, offset=start)
+        for i, (k, v) in enumerate(pairs[start:start + 1500]):
+            b.append(timestamp=1_780_000_000_000 + 3 * i, key=k, value=v, headers=[(f"h{i % 3}", b"x")] * (i % 5 == 0))
+        b.close()
+        data += bytes(b.buffer())
+    pr = FastPartitionRecords(0, TopicPartition("t", 0), MemoryRecords(data), check_crcs=True)
+    while pr:
+        for r in pr.take(700):
+            yield repr(tuple(r))
+    yield repr((pr.next_fetch_offset, pr.records_read, pr.bytes_read, pr.leader_epoch))
+digest("unpacked", unpacked(corpus + bench))
 from shadowsim.shadow.config import ShadowConfig, SnapshotConfig
 from shadowsim.shadow.engine import engine_factory
 from shadowsim.shadow.service import ShadowService
@@ -142,5 +162,6 @@ def test_compiled_ingest_modules_decode_and_apply_what_their_sources_do() -> Non
     assert compiled["compiled"] == sorted(built)  # the compiled path is the one that ran, where it was built
     # the corpus is the real one, and the comparison sees real work: events, dead letters, the twins of 13 instances
     assert compiled["n"]["consumer"] > 1500 and compiled["n"]["twins"] >= 13 and compiled["twins_applied"] > 15_000
+    assert compiled["n"]["unpacked"] == compiled["n"]["consumer"] + 20_000 + 1
     for key in ("consumer", "decode_record", "bench_records", "twins", "n", "twins_applied"):
         assert compiled[key] == pure[key], (key, compiled[key], pure[key])
