@@ -48,6 +48,11 @@ last tokens (index, LM-head GEMM, all-gather, ~8). TP = 1: no all-reduce, no all
 Qwen3-32B (64 layers) at TP 2-8: 64 × 19 + 35 = 1,251 commands, so the launch returns after 1,251 − 1,024 − 35 =
 192 layer commands have run, 192 / 1,216 = **0.158** of the layers; at TP 1 (64 × 15 + 25 = 985 < 1,024) it returns
 before the GPU starts it. Llama-3.1-70B TP4: 80 × 15 + 35 = 1,235: 0.147; 405B TP8 (126 layers): 0.458.
+The fixed part cancels out of the fraction (``launch_wait_fraction`` uses the layer count alone; ``FIXED_COMMANDS``
+and ``forward_commands`` describe the whole forward and are checked by the tests, they move no result). Strictly,
+the ~9 commands after the layers (final norm, logits) are queued behind them, so only ~26 precede the layers and
+φ would be (1,251 − 1,024 − 26) / 1,216 = 0.165 rather than 0.158: inside the ±1 command a layer of docs/accuracy.md
+§3.4's sensitivity (φ 0.111–0.200).
 
 MoE and MLA layers (DeepSeek, Qwen3-MoE, Mixtral, gpt-oss ...) issue many more commands per layer (routing,
 expert GEMMs, quantization, MLA's absorbed projections), which are not counted here: for them

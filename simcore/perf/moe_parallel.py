@@ -135,10 +135,16 @@ FP4_MOE_AUTOTUNE_HIT_VERSION = (0, 5, 10)
 def fp4_moe_autotuned_tokens(settings: "ServerSettings", gpu: "GpuSpec") -> int:
     """How many tokens an nvfp4 MoE call may have and still run a tuned tactic: SGLang's start-up autotune covers
     every count up to ``max_running_requests`` (the request pool; the CUDA-graph sizes when it is not given) on
-    Blackwell (SM100+, where the DeepSeek FP4 MoE runs flashinfer's TRT-LLM kernel) from SGLang 0.5.10 on; else 0."""
+    Blackwell (SM100+, where the DeepSeek FP4 MoE runs flashinfer's TRT-LLM kernel) from SGLang 0.5.10 on; else 0.
+    With an all-to-all backend (``--moe-a2a-backend deepep``) SGLang does not pick the TRT-LLM MoE runner (0.5.9
+    ``server_args.py`` 1302-1307: only when ``moe_a2a_backend == "none"``) and so runs no autotune
+    (``model_runner.py`` ``_should_run_flashinfer_autotune``, 1829-1857: only for the ``flashinfer_trtllm`` /
+    ``flashinfer_mxfp4`` runners): 0."""
     from simcore.settings import _version_tuple
 
     if gpu.sm_version < 100 or _version_tuple(settings.sglang_version) < FP4_MOE_AUTOTUNE_HIT_VERSION:
+        return 0
+    if settings.moe_a2a_backend != "none":
         return 0
     return int(settings.max_running_requests or settings.cuda_graph_max_bs or 0)
 

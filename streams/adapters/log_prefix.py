@@ -107,11 +107,11 @@ def _fast_header(line: str, ctx: ParseContext) -> tuple[str, dict[str, int]] | N
     ranks = _NO_RANKS
     if rest:
         if rest[0] in ".,":
-            if rest[1:4].isdigit() and not rest[4:5].isdigit():  # milliseconds, the common case
+            if rest[1:4].isdecimal() and not rest[4:5].isdecimal():  # milliseconds, the common case
                 end = 4
             else:
                 end = 1
-                while end < len(rest) and rest[end].isdigit():
+                while end < len(rest) and rest[end].isdecimal():
                     end += 1
                 if end == 1:
                     return None

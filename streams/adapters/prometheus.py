@@ -86,7 +86,7 @@ def parse_document(text: str, ctx: ParseContext) -> Iterator[tuple[int, LineResu
             continue
         model = labels.get("model_name") or labels.get("name")
         dp = labels.get("dp_rank")
-        key = (model, int(dp) if dp and dp.isdigit() else None)
+        key = (model, int(dp) if dp and dp.isdecimal() else None)
         g = groups.setdefault(key, {"config": {}, "snapshot": {}})
         if field_c is not None:
             g["config"][field_c] = int(value) if value == int(value) and value >= 0 else value

@@ -163,5 +163,5 @@ def test_compiled_ingest_modules_decode_and_apply_what_their_sources_do() -> Non
     # the corpus is the real one, and the comparison sees real work: events, dead letters, the twins of 13 instances
     assert compiled["n"]["consumer"] > 1500 and compiled["n"]["twins"] >= 13 and compiled["twins_applied"] > 15_000
     assert compiled["n"]["unpacked"] == compiled["n"]["consumer"] + 20_000 + 1
-    for key in ("consumer", "decode_record", "bench_records", "twins", "n", "twins_applied"):
+    for key in ("consumer", "decode_record", "bench_records", "twins", "n", "twins_applied", "unpacked"):
         assert compiled[key] == pure[key], (key, compiled[key], pure[key])

@@ -41,6 +41,9 @@ def test_which_servers_tune_their_fp4_moe() -> None:
     assert fp4_moe_autotuned_tokens(settings("0.5.10.post1", max_running_requests=256), b200) == 256
     # the B200 rows' 0.5.9 flattens the scales: every call misses, as the tables' collector did
     assert fp4_moe_autotuned_tokens(settings("0.5.9", max_running_requests=256), b200) == 0
+    # DeepEP all-to-all: SGLang keeps its MoE runner off flashinfer_trtllm and tunes nothing
+    assert fp4_moe_autotuned_tokens(settings("0.5.10.post1", max_running_requests=256, moe_a2a_backend="deepep"),
+                                    b300) == 0
     # Hopper runs no TRT-LLM FP4 MoE
     assert fp4_moe_autotuned_tokens(settings("0.5.10.post1", max_running_requests=256), h200) == 0
     # without --max-running-requests: at least the CUDA-graph sizes (the pool SGLang derives is larger)

@@ -50,3 +50,12 @@ def test_kafka_record_of_a_scrape_takes_the_record_time_and_dp_ranks_split():
 def test_a_broken_sglang_sample_is_dead_lettered():
     assert parse_text("sglang:token_usage{model_name=\"m\"} lots\n", ParseContext()) == (
         "prometheus: bad value 'lots' for sglang:token_usage")
+
+
+def test_a_dp_rank_label_int_cannot_read_is_no_rank_not_an_internal_error():
+    # '²'.isdigit() is True but int('²') raises: the rank label is read only when str.isdecimal
+    page = ('sglang:num_running_reqs{model_name="m",dp_rank="²"} 3\n'
+            'sglang:num_running_reqs{model_name="m",dp_rank="1"} 5\n')
+    snaps = sorted(((e.dp_rank is None, e.dp_rank, e.running_reqs) for e in parse_text(page, ParseContext())
+                    if e.kind == "metrics_snapshot"))
+    assert snaps == [(False, 1, 5.0), (True, None, 3.0)]

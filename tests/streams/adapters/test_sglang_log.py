@@ -193,3 +193,11 @@ def test_rank_tags_with_a_superscript_digit_are_ignored_not_an_internal_error(ta
     e = one(f"[2026-10-30 12:00:01 {tags}] Decode batch. #running-req: 2, #token: 27373, token usage: 0.09, "
             "gen throughput (token/s): 1.0, #queue-req: 0, ")
     assert (e.kind, e.ts, e.dp_rank, e.tp_rank) == ("decode_batch", T0, dp_rank, tp_rank)
+
+
+@pytest.mark.parametrize("stamp", ["12:00:01.²²²", "12:00:01,²", "12:00:01.x"])
+def test_a_fraction_of_a_second_that_int_cannot_read_is_skipped_like_any_unreadable_header(stamp):
+    # '²'.isdigit() is True but int('²') raises (an internal error before): the header reader takes str.isdecimal
+    line = (f"[2026-10-30 {stamp} TP0] Decode batch. #running-req: 2, #token: 27373, token usage: 0.09, "
+            "gen throughput (token/s): 1.0, #queue-req: 0, ")
+    assert not parse_line(line, ParseContext())
