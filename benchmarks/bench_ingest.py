@@ -89,6 +89,32 @@ def records(n: int) -> list[tuple[bytes, bytes]]:
     return out
 
 
+def record_batches(pairs: list[tuple[bytes, bytes]], partitions: int = 4,
+                   per_batch: int = 2000) -> dict[int, bytes]:
+    """``pairs`` as a producer would write them: kafka-python's default partitioner (murmur2 of the key) over
+    ``partitions``, then v2 record batches of ``per_batch`` records per partition, offsets from 0, one millisecond
+    apart from 1,700,000,000,000. Partition -> the batches' bytes (``benchmarks/ingest_stages.py`` and
+    ``ingest_unpack.py`` feed them to the consumer without a broker)."""
+    from kafka.partitioner.default import murmur2
+    from kafka.record import MemoryRecordsBuilder
+
+    parts: dict[int, list[tuple[bytes, bytes]]] = {}
+    for k, v in pairs:
+        parts.setdefault((murmur2(k) & 0x7fffffff) % partitions, []).append((k, v))
+    data = {}
+    for p, rs in parts.items():
+        out, off = b"", 0
+        for i in range(0, len(rs), per_batch):
+            b = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 26, offset=off)
+            for j, (k, v) in enumerate(rs[i:i + per_batch]):
+                b.append(timestamp=1_700_000_000_000 + off + j, key=k, value=v, headers=[])
+            b.close()
+            out += bytes(b.buffer())
+            off += len(rs[i:i + per_batch])
+        data[p] = out
+    return data
+
+
 def _records_processed(port: int) -> int | None:
     """Records the process has processed so far, from ``/readyz`` (a lock-free read of one counter). Not from
     ``/metrics``: one scrape renders every series of every twin (~0.7 MB for 13 instances, tens of CPU ms), and

@@ -16,10 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 N = int(sys.argv[1])
 STOP = sys.argv[2]
-from kafka.record import MemoryRecords, MemoryRecordsBuilder
+from kafka.record import MemoryRecords
 from kafka.structs import TopicPartition
-from kafka.partitioner.default import murmur2
-from benchmarks.bench_ingest import records
+from benchmarks.bench_ingest import record_batches, records
 from streams.kafka_records import FastPartitionRecords
 from streams.kafka_io import EventConsumer, RecordDecoder
 from shadowsim.shadow.config import ShadowConfig, SnapshotConfig
@@ -27,23 +26,7 @@ from shadowsim.shadow.engine import engine_factory
 from shadowsim.shadow.service import ShadowService
 from shadowsim.shadow.sources import MemorySource
 from shadowsim.commands.run import tune_gc
-recs = records(N)
-parts = {}
-for k, v in recs:
-    p = (murmur2(k) & 0x7fffffff) % 4
-    parts.setdefault(p, []).append((k, v))
-data = {}
-for p, rs in parts.items():
-    out = b""
-    off = 0
-    for i in range(0, len(rs), 2000):
-        b = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 26, offset=off)
-        for j, (k, v) in enumerate(rs[i:i + 2000]):
-            b.append(timestamp=1_700_000_000_000 + off + j, key=k, value=v, headers=[])
-        b.close()
-        out += bytes(b.buffer())
-        off += len(rs[i:i + 2000])
-    data[p] = out
+data = record_batches(records(N))
 tune_gc()  # as `shadowsim run` does
 t = {}
 if STOP == "setup":

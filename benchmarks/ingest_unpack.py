@@ -18,25 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def write(n: int, path: str) -> None:
-    from kafka.partitioner.default import murmur2
-    from kafka.record import MemoryRecordsBuilder
+    from benchmarks.bench_ingest import record_batches, records
 
-    from benchmarks.bench_ingest import records
-
-    parts: dict[int, list[tuple[bytes, bytes]]] = {}
-    for k, v in records(n):
-        parts.setdefault((murmur2(k) & 0x7fffffff) % 4, []).append((k, v))
-    data = {}
-    for p, rs in parts.items():
-        out, off = b"", 0
-        for i in range(0, len(rs), 2000):
-            b = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 26, offset=off)
-            for j, (k, v) in enumerate(rs[i:i + 2000]):
-                b.append(timestamp=1_700_000_000_000 + off + j, key=k, value=v, headers=[])
-            b.close()
-            out += bytes(b.buffer())
-            off += len(rs[i:i + 2000])
-        data[p] = out
+    data = record_batches(records(n))
     Path(path).write_bytes(pickle.dumps(data))
 
 
