@@ -25,9 +25,20 @@ flags leave no KV cache at SGLang's default --mem-fraction-static is simulated a
 printed under "assumption:" (docs/accuracy.md §3.10); --no-kv-mem-fraction off skips it. A bad server_args flag is a
 one-line error naming the row and the flag. See docs/accuracy.md §3.1, §3.8.
 
+Known deployments (docs/accuracy.md §3.15): by default (--deployment as-deployed) a row that
+shadowsim/known_deployments.py recognises as a public benchmark run (InferenceX's DeepSeek-R1 SGLang configurations
+on B200 and B300: the record id, GPU, precision, SGLang version and a point of the configuration's search space) and
+whose server_args are blank or aiconfigurator's reconstruction (--enable-mixed-chunk --max-prefill-tokens isl+1500)
+is simulated as that deployment ran: its launch script's flags, tp/ep (a tp column of tp x ep is read as tp), its
+client (bench_serving, range ratio 0.8, 10 x C prompts, 2 x C warm-up), the B300 runs' client-tokenizer inflation and
+the B200 server's tokenizer cost. A run filed under two ids is simulated as one. Each such row names the deployment
+(config, repo@commit script) in its assumptions, and the table prints one summary line; a row with other recorded
+flags is simulated as recorded. --deployment recorded simulates every row with the file's own flags.
+
 Examples:
   shadowsim validate ../shared/data/validation/sglang_qwen3_32b_h100.csv
   shadowsim validate ../shared/data/validation/sglang_deepseek_b200_b300.csv --only tp=8 --only ep=1 --only precision=fp8
+  shadowsim validate ../shared/data/validation/sglang_deepseek_b200_b300.csv --deployment recorded
   shadowsim validate ../shared/data/validation/sglang_deepseek_b200_b300.csv --deployment defaults
   shadowsim validate measurements.csv --server-args "--enable-mixed-chunk --max-prefill-tokens {isl+1500}"
   shadowsim validate measurements.csv --variability measured --replicas 5
@@ -324,7 +335,7 @@ def _print_tables(out: dict[str, Any]) -> None:
 
     labelled = [r for r in out["rows"] if unknown in r.get("assumptions", [])]
     if labelled:
-        print(f"{len(labelled)} row(s) are {unknown[0].lower()}{unknown[1:]}")
+        print(f"{len(labelled)} row(s): {unknown}")
     # the published deployment and the no-deployment label are summarized above; the rest one line each
     other = {r["id"]: [a for a in r.get("assumptions", []) if not a.startswith(ASSUMPTION_PREFIX) and a != unknown]
              for r in out["rows"]}
