@@ -35,8 +35,24 @@ under dated ids, dated ids refiled on 2026-04-06): same GPU, precision, tp, ep, 
 **Flags not simulated** are listed per configuration (``not_simulated``) and in the row's note. Rows with other
 recorded ``server_args`` than the reconstruction are trusted as recorded (`is_reconstruction`).
 
-**Rows of the shared file with no known deployment** (they stay on the file's flags and are labelled,
-`unknown_reason`; the evidence, from the InferenceX git history, docs/accuracy.md §3.15):
+**Deployments with assumed parts** (`KnownDeployment.assumed`). The rows below match no configuration of today's
+``nvidia-master.yaml``; their history (InferenceX's git history, docs/accuracy.md §3.15) establishes most of the
+deployment but not all. They are registered (``dsr1-tmpl-fp4-b200-sglang``, ``dsr1-fp8-b200-sgl-ep8``,
+``dsr1-fp8-b200-sglang-0.5.6``) with each unknown part chosen by a rule stated before any of these rows was simulated
+with it, never by which choice matches the measurements: (1) where the history allows both, the record's own labels
+are true (cfg199's ``ep 8``: the script ran EP8 from d1d2c82b8, hence the v0.5.5 image every ep-8 config named from
+then on); (2) the runner node, which sets the prompt count and warm-up, is the majority of the runner pool's nodes
+able to run the job at the record's dates (node-time weighted where the pool changed): cfg88 / cfg99: the b200 pool
+of ``runner-sweep-test.yml`` @93fba3b8d is b200-nv_0/1 (slurm, with no ``dsr1_fp4_b200_slurm.sh``: they cannot run
+this job), b200-nvd_0/1 (docker, 50·C / 20·C prompts) and b200-tg_0 (docker, 10·C): nvd; cfg199: ``runners.yaml``
+b200 = b200-nvd_0..3 only (established, 50·C / 20·C); the 0.5.6 row: ``runners.yaml`` b200 = 6 docker (nvd_0..3,
+dgxc_1/2, 50·C) + 4 slurm nodes (nv_0/1, nb_0/1, 10·C) from ea181ae6d (2025-12-31) to 3858fefd2 (2026-01-12), 2 + 4
+on the image window's last day: docker. Their rows' assumptions begin with `PARTLY_ASSUMED_PREFIX` and name every
+assumed part (``ASSUMED: …``); the other choice's effect is in docs/accuracy.md §3.15. Nothing models the cfg88 /
+cfg99 rows' cold start (below): their TTFT is reported as what the deployment explains and what it does not.
+
+The history of those rows (before they were registered they stayed on the file's flags, `unknown_reason`, which
+still labels any InferenceX id no entry matches):
 
 - ``cfg88`` (18 nvfp4 rows labelled TP4 EP1) and ``cfg99`` (18, TP8 EP1), no SGLang version: their 18 points each
   (three lengths, C 4…128, TP8 8192×1024 up to C 128) are the B200 SGLang fp4 job of ``.github/workflows/
@@ -150,6 +166,7 @@ class Branch:
     flags: Callable[[int, int], str]  # (concurrency, ep) -> the modelled launch flags
     cfg_ids: tuple[int, ...] = ()  # InferenceX database config ids of this branch's ``..._cfg<N>`` records
     dated_ids: bool = True  # dated ids are this branch's runs (False: only as the same run as a cfg row)
+    ep_run: int | None = None  # the ep the server ran when it differs from the record's label (``--enable-ep-moe``)
 
     def has(self, isl: int, osl: int, concurrency: int) -> bool:
         return concurrency in self.points.get((isl, osl), ())
@@ -177,6 +194,11 @@ class KnownDeployment:
     server_tokens_per_prompt_token: Mapping[int, str] = field(default_factory=dict)  # by isl (blank: 1)
     server_tokenize_us_per_token: Mapping[int, str] = field(default_factory=dict)  # by isl (blank: not modelled)
     evidence: str = ""
+    # the sglang_version column its records carry when it is not ``sglang_version`` ("": the file leaves it blank)
+    record_version: str | None = None
+    # the parts of the deployment that no record establishes, each with the rule that chose it (stated before any
+    # simulation of the rows; docs/accuracy.md §3.15): non-empty makes its rows "partly assumed"
+    assumed: tuple[str, ...] = ()
 
     @property
     def source(self) -> str:
@@ -227,6 +249,57 @@ DEPLOYMENTS: tuple[KnownDeployment, ...] = (
         not_simulated=_NOT_SIMULATED_FP8, server_tokens_per_prompt_token=B300_TOKEN_FACTOR,
         evidence="added @5b302f147 (2026-04-17, #1050, 'reuses the existing DSR1 FP8 B200 SGLang recipe as-is'); "
                  "image v0.5.10.post1-cu130 until 2026-05-16"),
+    # The InferenceX records that no configuration of today's nvidia-master.yaml covers (module docstring, "Rows of the
+    # shared file with no known deployment"): registered with their unknown parts assumed by a rule stated first.
+    KnownDeployment(
+        name="dsr1-tmpl-fp4-b200-sglang", runner="b200", gpu="b200_sxm", precision="nvfp4",
+        sglang_version="0.5.3rc1", record_version="", image="lmsysorg/sglang:v0.5.3rc1-cu129-b200",
+        commit="93fba3b8d", script="benchmarks/dsr1_fp4_b200_docker.sh",
+        branches=(Branch(4, 1, {k: _doubling(4, 128) for k in ((1024, 1024), (1024, 8192), (8192, 1024))},
+                         fp4_flags, cfg_ids=(88,), ep_run=4),
+                  Branch(8, 1, {k: _doubling(4, 128) for k in ((1024, 1024), (1024, 8192), (8192, 1024))},
+                         fp4_flags, cfg_ids=(99,), ep_run=8)),
+        not_simulated=_NOT_SIMULATED_FP4.replace("flashinfer_trtllm", "(--enable-flashinfer-trtllm-moe)")
+        + "; checkpoint nvidia/DeepSeek-R1-0528-FP4 (v1) priced as the nvfp4 model; no FlashInfer JIT cache "
+          "(the first requests' compilation inside the measured window, docs/accuracy.md §3.15)",
+        prompts_per_client=lambda osl: 20 if osl == 8192 else 50, warmups_per_client=0,
+        server_tokenize_us_per_token=B200_TOKENIZE_US_PER_TOKEN,
+        evidence=".github/workflows/dsr1-tmpl.yml bmk-b200-fp4 @93fba3b8d (2025-10-26; runner b200, tp-list [4,8], "
+                 "conc-list [4..128]); --enable-ep-moe: ep_size = tp_size; client runners/launch_b200-nvd.sh "
+                 "(kimbochen/bench_serving, no --num-warmups)",
+        assumed=("the runner node, hence the prompt count: 50·C (20·C at OSL 8192) of the b200-nvd docker nodes, "
+                 "the majority of the b200 pool's nodes able to run this job (runner-sweep-test.yml @93fba3b8d: "
+                 "b200-nvd_0, b200-nvd_1 at 50·C, b200-tg_0 at 10·C; b200-nv_0/1 are slurm nodes with no "
+                 "dsr1_fp4_b200_slurm.sh); the other choice, 10·C: docs/accuracy.md §3.15",)),
+    KnownDeployment(
+        name="dsr1-fp8-b200-sgl-ep8", runner="b200", gpu="b200_sxm", precision="fp8", sglang_version="0.5.5",
+        record_version="", image="lmsysorg/sglang:v0.5.5-cu129-amd64", commit="97f253b51",
+        script="benchmarks/dsr1_fp8_b200_docker.sh",
+        branches=(Branch(8, 8, {k: _doubling(4, 64) for k in ((1024, 1024), (1024, 8192), (8192, 1024))},
+                         fp8_tp8_flags, cfg_ids=(199,)),),
+        not_simulated=_NOT_SIMULATED_FP8,
+        prompts_per_client=lambda osl: 20 if osl == 8192 else 50, warmups_per_client=0,
+        server_tokenize_us_per_token=B200_TOKENIZE_US_PER_TOKEN,
+        evidence="nvidia-master.yaml dsr1-fp8-b200-sgl{,ang} with ep: 8 from d021eb362 (2025-10-27) to 189ae51cc "
+                 "(2025-11-18); --ep-size $EP_SIZE in the script from d1d2c82b8 (2025-11-09), whose config and every "
+                 "later one with ep 8 name image v0.5.5-cu129-amd64; runners.yaml b200 = b200-nvd_0..3 (docker, "
+                 "runners/launch_b200-nvd.sh: 50·C prompts, 20·C at OSL 8192, no warm-up)",
+        assumed=("ep 8 as the record labels it (the script ran EP8 from d1d2c82b8, 2025-11-09, EP1 under the same "
+                 "label before); hence SGLang 0.5.5, the image of every config with ep 8 from then on",)),
+    KnownDeployment(
+        name="dsr1-fp8-b200-sglang-0.5.6", runner="b200", gpu="b200_sxm", precision="fp8", sglang_version="0.5.6",
+        image="lmsysorg/sglang:v0.5.6-cu129-amd64", commit="d27433dff", script="benchmarks/dsr1_fp8_b200.sh",
+        branches=(Branch(8, 1, {(8192, 1024): _doubling(4, 64)}, fp8_tp8_flags),),
+        not_simulated=_NOT_SIMULATED_FP8,
+        prompts_per_client=lambda osl: 20 if osl == 8192 else 50, warmups_per_client=0,
+        server_tokenize_us_per_token=B200_TOKENIZE_US_PER_TOKEN,
+        evidence="image v0.5.6-cu129-amd64 for 8192×1024 TP8 C 4..64 from d27433dff (2025-12-31) to 1d29967c4 "
+                 "(2026-01-13); TP8 launch line as at 12ba0ae07; bench_serving without warm-up until d053ae24e",
+        assumed=("the runner node, hence the prompt count: 50·C and no warm-up of the docker nodes "
+                 "(runners/launch_b200-dgxc.sh, launch_b200-nvd.sh), the majority of the b200 pool's node-time in the "
+                 "image's window (runners.yaml: 6 docker + 4 slurm nodes from ea181ae6d, 2025-12-31, to 3858fefd2, "
+                 "2026-01-12; 2 + 4 for the last day); the slurm nodes' 10·C (dsr1_fp8_b200_slurm.sh): "
+                 "docs/accuracy.md §3.15",)),
     KnownDeployment(
         name="dsr1-fp4-b300-sglang", runner="b300", gpu="b300_sxm", precision="nvfp4", sglang_version="0.5.10.post1",
         image="lmsysorg/sglang:v0.5.10.post1-cu130", commit="9ebeafb4e",
@@ -260,7 +333,7 @@ class Match:
         """The validation-format columns of the run: flags, client, lengths' rule, tokenizer effects, note."""
         d = self.deployment
         return {
-            "tp": str(self.tp), "ep": str(self.ep),
+            "tp": str(self.tp), "ep": str(self.ep), "sglang_version": d.sglang_version,
             "server_args": self.branch.flags(concurrency, self.ep),
             "client": "bench_serving", "random_range_ratio": d.random_range_ratio, "seed": d.seed,
             "num_requests": str(d.prompts_per_client(osl) * concurrency),
@@ -300,17 +373,19 @@ def candidates(record: Mapping[str, str]) -> list[Match]:
     version = (record.get("sglang_version") or "").strip()
     out = []
     for d in DEPLOYMENTS:
-        if (d.runner, d.precision, d.sglang_version) != (f["runner"], prec, version):
+        carried = d.sglang_version if d.record_version is None else d.record_version
+        if (d.runner, d.precision, carried) != (f["runner"], prec, version):
             continue
         for b in d.branches:
             if "cfg" in f and int(f["cfg"]) not in b.cfg_ids:
                 continue
             if not b.has(isl, osl, c) or b.ep != ep:
                 continue
+            run_ep = b.ep_run or ep
             if b.tp == tp:
-                out.append(Match(d, b, tp, ep, relabelled=False))
+                out.append(Match(d, b, tp, run_ep, relabelled=False))
             elif "cfg" in f and ep > 1 and tp == b.tp * ep:
-                out.append(Match(d, b, b.tp, ep, relabelled=True))
+                out.append(Match(d, b, b.tp, run_ep, relabelled=True))
     return out
 
 
@@ -389,6 +464,8 @@ UNKNOWN_LABEL = ("InferenceX record with no known deployment (its configuration,
 
 
 ASSUMPTION_PREFIX = "published deployment: "
+# the assumptions of a row whose deployment has parts no record establishes (`KnownDeployment.assumed`)
+PARTLY_ASSUMED_PREFIX = "published deployment (partly assumed): "
 
 
 def as_deployed(records: list[dict[str, str]], fieldnames: list[str]) -> tuple[list[dict[str, str]], list[str]]:
@@ -412,21 +489,30 @@ def as_deployed(records: list[dict[str, str]], fieldnames: list[str]) -> tuple[l
             continue
         base = rewritten.get(first) if first is not None else None
         if base is not None:  # the same run filed twice: simulated as the first copy
-            for k in ("model", "tp", "ep", "server_args", "client", "random_range_ratio", "seed", "num_requests",
+            for k in ("model", "tp", "ep", "sglang_version", "server_args", "client", "random_range_ratio", "seed", "num_requests",
                       "warmup_requests", "server_tokens_per_prompt_token", "server_tokenize_us_per_token",
                       "deployment_note", "published_deployment"):
                 r[k] = base[k]
-            r["deployment_assumption"] = (f"{ASSUMPTION_PREFIX}the same run as {base['id']} (equal TTFT and TPOT), "
+            first_prefix = (PARTLY_ASSUMED_PREFIX if base["deployment_assumption"].startswith(PARTLY_ASSUMED_PREFIX)
+                            else ASSUMPTION_PREFIX)
+            r["deployment_assumption"] = (f"{first_prefix}the same run as {base['id']} (equal TTFT and TPOT), "
                                           f"simulated as it: " + base["deployment_assumption"].removeprefix(
-                                              ASSUMPTION_PREFIX))
+                                              first_prefix))
         else:
             c = int(float(r["concurrency"]))
             cols = m.columns(int(float(r["isl"])), int(float(r["osl"])), c)
             was = f"tp {r['tp']} → {m.tp} (the file's tp is tp × ep); " if m.relabelled else ""
+            if m.branch.ep_run is not None:
+                was += f"ep {r['ep']} → {m.ep} (--enable-ep-moe: SGLang sets ep_size = tp_size); "
+            if m.deployment.record_version is not None and m.deployment.record_version != m.deployment.sglang_version:
+                was += f"SGLang {m.deployment.sglang_version} (the file: {r.get('sglang_version') or 'blank'}); "
+            assumed = m.deployment.assumed
+            prefix = PARTLY_ASSUMED_PREFIX if assumed else ASSUMPTION_PREFIX
+            assumed_text = "".join(f"ASSUMED: {a}; " for a in assumed)
             r.update(cols)
             r["published_deployment"] = m.deployment.label
             r["deployment_assumption"] = (
-                f"{ASSUMPTION_PREFIX}{m.deployment.label}: {was}its launch flags and client (bench_serving, range "
+                f"{prefix}{m.deployment.label}: {assumed_text}{was}its launch flags and client (bench_serving, range "
                 f"ratio {m.deployment.random_range_ratio}, {r['num_requests']} prompts, {r['warmup_requests']} "
                 f"warm-up) instead of the file's reconstructed server_args; not simulated: "
                 f"{m.deployment.not_simulated}")

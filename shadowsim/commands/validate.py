@@ -314,10 +314,12 @@ def _print_tables(out: dict[str, Any]) -> None:
                   f" {_fmt(r.get('output_tps_ape_pct')):>6}")
     deployments: dict[str, int] = {}
     published: dict[str, int] = {}
+    partly: dict[str, int] = {}  # published deployments with assumed parts (known_deployments.PARTLY_ASSUMED_PREFIX)
     for r in out["rows"]:
         if r.get("published_deployment"):
             name = r["published_deployment"].split(" (")[0].removeprefix("InferenceX ")
-            published[name] = published.get(name, 0) + 1
+            part = any(a.startswith("published deployment (partly assumed): ") for a in r.get("assumptions", []))
+            (partly if part else published)[name] = (partly if part else published).get(name, 0) + 1
         else:
             deployments[r["deployment"]] = deployments.get(r["deployment"], 0) + 1
     print()
@@ -325,19 +327,24 @@ def _print_tables(out: dict[str, Any]) -> None:
         print(f"{sum(published.values())} row(s) simulated as their published deployment (InferenceX "
               f"{', '.join(f'{k} {v}' for k, v in published.items())}; shadowsim/known_deployments.py); "
               f"--deployment recorded for the file's flags")
+    if partly:
+        print(f"{sum(partly.values())} row(s) simulated as their published deployment, partly assumed (InferenceX "
+              f"{', '.join(f'{k} {v}' for k, v in partly.items())}; each row's assumptions name the assumed parts, "
+              f"docs/accuracy.md §3.15)")
     for d, n in deployments.items():
         print(f"{n} row(s) simulated {d}")
     warned = [r for r in out["rows"] if r.get("warnings")]
     if warned:
         print(f"warning: {len(warned)} row(s) move in lockstep waves in the simulation (lockstep index >= 0.5):"
               f" {', '.join(str(r['id']) for r in warned[:6])}{' ...' if len(warned) > 6 else ''}")
-    from shadowsim.known_deployments import ASSUMPTION_PREFIX, UNKNOWN_LABEL as unknown
+    from shadowsim.known_deployments import ASSUMPTION_PREFIX, PARTLY_ASSUMED_PREFIX, UNKNOWN_LABEL as unknown
 
     labelled = [r for r in out["rows"] if unknown in r.get("assumptions", [])]
     if labelled:
         print(f"{len(labelled)} row(s): {unknown}")
     # the published deployment and the no-deployment label are summarized above; the rest one line each
-    other = {r["id"]: [a for a in r.get("assumptions", []) if not a.startswith(ASSUMPTION_PREFIX) and a != unknown]
+    other = {r["id"]: [a for a in r.get("assumptions", []) if not a.startswith((ASSUMPTION_PREFIX, PARTLY_ASSUMED_PREFIX))
+                     and a != unknown]
              for r in out["rows"]}
     assumed = [r for r in out["rows"] if other[r["id"]]]
     if assumed:

@@ -50,12 +50,15 @@ def test_each_configuration_is_recognised_on_real_ids_of_the_file(records) -> No
 
 
 def test_rows_outside_every_search_space_or_version_are_left_alone(records) -> None:
-    # the unversioned cfg88 / cfg99 / cfg199 rows and the 0.5.6 one: no registered configuration (module
-    # docstring: why)
-    for rid in ("dsr1_b200_sglang_fp4_agg_1024x1024_c32_cfg88", "dsr1_b200_sglang_fp4_agg_8192x1024_c4_cfg99",
-                "dsr1_b200_sglang_fp8_agg_1024x1024_c4_cfg199",
-                "2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024_c64_tp8_0_ep1_0_1288"):
-        assert kd.candidates(records[rid]) == [] and kd.unknown_reason(records[rid]) == kd.UNKNOWN_LABEL
+    # an InferenceX id whose config id no configuration carries: no registered deployment, labelled
+    r88 = records["dsr1_b200_sglang_fp4_agg_1024x1024_c32_cfg88"]
+    other = {**r88, "id": r88["id"].replace("cfg88", "cfg77")}
+    assert kd.candidates(other) == [] and kd.unknown_reason(other) == kd.UNKNOWN_LABEL
+    # the 0.5.6 configuration held 8192 × 1024 only
+    r056 = records["2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024_c64_tp8_0_ep1_0_1288"]
+    assert kd.candidates({**r056, "id": r056["id"].replace("8192x1024", "1024x1024"), "isl": "1024"}) == []
+    # the dsr1-tmpl.yml era's rows carry no version: a versioned row with the same id is not its run
+    assert kd.candidates({**r88, "sglang_version": "0.5.9"}) == []
     r = records["dsr1_b200_sglang_fp8_agg_1024x1024_c64_cfg87"]
     # C 128 is outside dsr1-fp8-b200-sglang's TP8 space (conc-end 64): not a run of it
     assert kd.recognise({**r, "id": r["id"].replace("_c64_", "_c128_"), "concurrency": "128"}) is None
@@ -66,6 +69,70 @@ def test_rows_outside_every_search_space_or_version_are_left_alone(records) -> N
     assert kd.recognise({**r, "id": r["id"].replace("cfg87", "cfg199")}) is None
     assert kd.recognise({**r, "sglang_version": "0.5.8"}) is None
     assert kd.recognise({**r, "id": "qwen3_32b_tp8_c64"}) is None and kd.unknown_reason({"id": "qwen3_32b"}) is None
+
+
+def test_the_rows_with_assumed_parts_are_recognised_on_real_ids(records) -> None:
+    """cfg88 / cfg99 (dsr1-tmpl.yml's B200 fp4 job, SGLang 0.5.3rc1), cfg199 (dsr1-fp8-b200-sgl with ep 8) and the
+    0.5.6 row: every row of the shared file is now a (partly assumed) published deployment."""
+    cases = {  # id → (configuration, tp, ep as run, the file's tp, ep, version)
+        "dsr1_b200_sglang_fp4_agg_1024x1024_c32_cfg88": ("dsr1-tmpl-fp4-b200-sglang", 4, 4, "4", "1", ""),
+        "dsr1_b200_sglang_fp4_agg_8192x1024_c128_cfg99": ("dsr1-tmpl-fp4-b200-sglang", 8, 8, "8", "1", ""),
+        "dsr1_b200_sglang_fp8_agg_1024x8192_c64_cfg199": ("dsr1-fp8-b200-sgl-ep8", 8, 8, "64", "8", ""),
+        "2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024_c64_tp8_0_ep1_0_1288":
+            ("dsr1-fp8-b200-sglang-0.5.6", 8, 1, "8", "1", "0.5.6"),
+    }
+    for rid, (name, tp, ep, ftp, fep, version) in cases.items():
+        r = records[rid]
+        assert (r["tp"], r["ep"], r["sglang_version"]) == (ftp, fep, version), rid
+        m = kd.recognise(r)
+        assert (_name(m), m.tp, m.ep) == (name, tp, ep), rid
+        assert m.deployment.assumed, rid
+    found = kd.recognise_all(list(records.values()))
+    assert all(m is not None for m, _ in found)  # no InferenceX row of the file is left without a deployment
+    names = [m.deployment.name for m, _ in found]
+    assert (names.count("dsr1-tmpl-fp4-b200-sglang"), names.count("dsr1-fp8-b200-sgl-ep8"),
+            names.count("dsr1-fp8-b200-sglang-0.5.6")) == (36, 15, 1)
+
+
+def test_the_rows_with_assumed_parts_run_the_flags_and_client_of_their_dates(records) -> None:
+    """Written out by hand from SemiAnalysisAI/InferenceX: ``benchmarks/dsr1_fp4_b200_docker.sh`` @93fba3b8d
+    (``--enable-ep-moe`` → SGLang 0.5.3rc1's ep_size = tp_size), ``benchmarks/dsr1_fp8_b200_docker.sh`` @97f253b51
+    (``--ep-size $EP_SIZE``), ``runners/launch_b200-nvd.sh`` (DeepSeek-R1: 50·C prompts, 20·C at OSL 8192, no
+    ``--num-warmups``)."""
+    ids = ("dsr1_b200_sglang_fp4_agg_1024x8192_c8_cfg99", "dsr1_b200_sglang_fp8_agg_1024x1024_c16_cfg199",
+           "2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024_c64_tp8_0_ep1_0_1288")
+    fp4, fp8, v056 = kd.as_deployed([records[i] for i in ids], list(records[ids[0]]))[0]
+    assert (fp4["tp"], fp4["ep"], fp4["sglang_version"], fp4["num_requests"], fp4["warmup_requests"]) == (
+        "8", "8", "0.5.3rc1", "160", "0")
+    assert fp4["server_args"] == (
+        "--cuda-graph-max-bs 256 --max-running-requests 256 --mem-fraction-static 0.85 --kv-cache-dtype fp8_e4m3 "
+        "--chunked-prefill-size 16384 --ep-size 8 --scheduler-recv-interval 10 --disable-radix-cache "
+        "--stream-interval 10")
+    assert (fp8["tp"], fp8["ep"], fp8["sglang_version"], fp8["num_requests"], fp8["warmup_requests"]) == (
+        "8", "8", "0.5.5", "800", "0")
+    assert fp8["server_args"] == (
+        "--cuda-graph-max-bs 128 --max-running-requests 128 --mem-fraction-static 0.82 --kv-cache-dtype fp8_e4m3 "
+        "--chunked-prefill-size 32768 --max-prefill-tokens 32768 --scheduler-recv-interval 30 --disable-radix-cache "
+        "--stream-interval 30 --ep-size 8")
+    assert (v056["tp"], v056["ep"], v056["sglang_version"], v056["num_requests"], v056["warmup_requests"]) == (
+        "8", "1", "0.5.6", "3200", "0")
+    assert v056["server_args"].endswith("--scheduler-recv-interval 30 --disable-radix-cache --stream-interval 30 "
+                                        "--ep-size 1")
+    # every assumed part is named in the row's assumption, after the partly-assumed prefix
+    for r in (fp4, fp8, v056):
+        text = r["deployment_assumption"]
+        assert text.startswith(kd.PARTLY_ASSUMED_PREFIX + "InferenceX "), text
+        assert text.count("ASSUMED: ") == 1
+    assert "ASSUMED: the runner node, hence the prompt count: 50·C (20·C at OSL 8192)" in fp4["deployment_assumption"]
+    assert "ep 1 → 8 (--enable-ep-moe" in fp4["deployment_assumption"]
+    assert "SGLang 0.5.3rc1 (the file: blank)" in fp4["deployment_assumption"]
+    assert "ASSUMED: ep 8 as the record labels it" in fp8["deployment_assumption"]
+    assert "tp 64 → 8 (the file's tp is tp × ep)" in fp8["deployment_assumption"]
+    assert "ASSUMED: the runner node, hence the prompt count: 50·C and no warm-up" in v056["deployment_assumption"]
+    # the fully published configurations keep the plain prefix
+    (plain,), _ = kd.as_deployed([records["dsr1_b200_sglang_fp8_agg_1024x1024_c64_cfg87"]], [])
+    assert plain["deployment_assumption"].startswith(kd.ASSUMPTION_PREFIX) and "ASSUMED" not in plain[
+        "deployment_assumption"]
 
 
 def test_twins_are_one_run_simulated_as_the_first_copy(records) -> None:
@@ -85,12 +152,14 @@ def test_twins_are_one_run_simulated_as_the_first_copy(records) -> None:
     assert [out[1][k] for k in same] == [out[0][k] for k in same]
     assert (out[0]["model"], out[1]["tp"], records[r1]["model"]) == ("deepseek-ai/DeepSeek-V3", "8", "deepseek-ai/DeepSeek-R1")
     assert out[1]["deployment_assumption"].startswith(f"published deployment: the same run as {v3} ")
-    # the whole shared file: 180 rows, 103 distinct published runs + 25 copies, 52 with no known deployment
+    # the whole shared file: 180 rows, 103 distinct fully published runs + 25 copies, 52 partly assumed runs (no
+    # copies among them), none left without a deployment
     every, _ = kd.as_deployed(list(records.values()), list(records[v3]))
     firsts = [r for r in every if r.get("published_deployment") and "the same run" not in r["deployment_assumption"]]
     copies = [r for r in every if "the same run" in r.get("deployment_assumption", "")]
-    assert (len(every), len(firsts), len(copies)) == (180, 103, 25)
-    assert sum(r.get("deployment_assumption") == kd.UNKNOWN_LABEL for r in every) == 52
+    partly = [r for r in firsts if r["deployment_assumption"].startswith(kd.PARTLY_ASSUMED_PREFIX)]
+    assert (len(every), len(firsts) - len(partly), len(copies), len(partly)) == (180, 103, 25, 52)
+    assert sum(r.get("deployment_assumption") == kd.UNKNOWN_LABEL for r in every) == 0
 
 
 def test_a_row_with_other_recorded_flags_is_trusted_as_recorded(records) -> None:
@@ -145,22 +214,29 @@ def test_validate_uses_the_registry_by_default_and_recorded_does_not(shared_dir,
            "dsr1_b200_sglang_fp4_agg_1024x1024_c4_cfg88")
     picked = [lines[0]] + [ln for i in ids for ln in lines[1:] if ln.startswith(i + ",")]
     assert len(picked) == 4
+    # an InferenceX id no deployment carries (cfg77): labelled, simulated with the file's flags
+    picked.append(picked[3].replace("_cfg88,", "_cfg77,", 1))
+    ids = ids + ("dsr1_b200_sglang_fp4_agg_1024x1024_c4_cfg77",)
     path = tmp_path / "three.csv"
     path.write_text("\n".join(picked) + "\n")
     assert main(["validate", str(path), "--quiet", "--json"]) == 0
     rows = {r["id"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
-    fp4, fp8, unknown = (rows[i] for i in ids)
+    fp4, fp8, partly, unknown = (rows[i] for i in ids)
     assert fp4["client"] == fp8["client"] == "bench_serving" and fp4["tp"] == 4
     assert fp4["server_args_source"] == "published deployment"
     assert fp4["assumptions"][0].startswith("published deployment: InferenceX dsr1-fp4-b200-sglang "
                                             "(SemiAnalysisAI/InferenceX@12ba0ae07 benchmarks/single_node/dsr1_fp4_b200.sh)")
     assert "--scheduler-recv-interval 10" in fp8["deployment"] and "--enable-mixed-chunk" not in fp8["deployment"]
+    assert partly["client"] == "bench_serving" and partly["tp"] == 4 and partly["ep"] == 4
+    assert partly["assumptions"][0].startswith(kd.PARTLY_ASSUMED_PREFIX + "InferenceX dsr1-tmpl-fp4-b200-sglang ")
     assert unknown["client"] == "aiperf" and unknown["assumptions"] == [kd.UNKNOWN_LABEL]
     assert unknown["deployment"] == "as deployed: --enable-mixed-chunk --max-prefill-tokens 2524"
     assert main(["validate", str(path), "--quiet"]) == 0
     table = capsys.readouterr().out
     assert ("2 row(s) simulated as their published deployment (InferenceX dsr1-fp4-b200-sglang 1, dsr1-fp8-b200-sglang"
             " 1; shadowsim/known_deployments.py); --deployment recorded for the file's flags") in table
+    assert ("1 row(s) simulated as their published deployment, partly assumed (InferenceX dsr1-tmpl-fp4-b200-sglang"
+            " 1; each row's assumptions name the assumed parts, docs/accuracy.md §3.15)") in table
     assert f"1 row(s): {kd.UNKNOWN_LABEL}" in table and "assumption:" not in table
     assert main(["validate", str(path), "--quiet", "--json", "--deployment", "recorded"]) == 0
     rec = {r["id"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
@@ -168,6 +244,9 @@ def test_validate_uses_the_registry_by_default_and_recorded_does_not(shared_dir,
                for r in rec.values())
     assert rec[ids[0]]["tp"] == 16 and rec[ids[0]]["deployment"] == "as deployed: --enable-mixed-chunk --max-prefill-tokens 2524"
     assert rec[ids[0]]["predicted_ttft_ms"] != fp4["predicted_ttft_ms"]
+    # --deployment recorded keeps the file's flags and labels for the partly assumed rows too
+    assert (rec[ids[2]]["tp"], rec[ids[2]]["ep"]) == (4, 1)
+    assert rec[ids[2]]["deployment"] == "as deployed: --enable-mixed-chunk --max-prefill-tokens 2524"
 
 
 def test_the_shared_file_as_deployed_is_the_inferencex_files_rows(shared_dir, repo_dir) -> None:
