@@ -177,7 +177,16 @@ class DecodeStepTimes:
         if self.knot_spacing <= 0.0:
             return 1
         want = int(sum_kv * self.knot_spacing)
-        return 1 << (want.bit_length() - 1) if want >= 1 else 1
+        if want < 1:
+            return 1
+        # 1 << (want.bit_length() - 1), without a method call on a boxed int: smear the top bit down, keep it
+        want |= want >> 1
+        want |= want >> 2
+        want |= want >> 4
+        want |= want >> 8
+        want |= want >> 16
+        want |= want >> 32
+        return want - (want >> 1)
 
 
 def plan_run(times: DecodeStepTimes, rows: int, graph_bs: int | None, sum_kv0: int, limit: int, t: float,

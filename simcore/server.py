@@ -413,7 +413,9 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
             return self._decode(t, zombies)  # type: ignore[arg-type]
         return None
 
+    @cython.locals(self=ServerCore, r=Req)
     def _group(self, r: Req) -> int:
+        """``r``'s ReservationSum group (its class docstring; inlined where the loop adds a request)."""
         return 1 if (self.family == "0.5.23" and r.ignore_eos) else 0
 
     @cython.locals(self=ServerCore, r=Req, tree=RadixCache, node=TreeNode)
@@ -602,19 +604,21 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
         self.decoding[r.rid] = r
         self.sum_kv += r.input_len + r.out_len_base
         self.joined.append(r)
+        group = 1 if (self.family == "0.5.23" and r.ignore_eos) else 0  # (self._group(r), inlined)
         if self.spec is not None:  # its terms and finish are recomputed every iteration (_decode_spec)
-            self.res.add(r, self._group(r), decoding=False)
+            self.res.add(r, group, decoding=False)
             return
-        self.res.add(r, self._group(r), decoding=True)
+        self.res.add(r, group, decoding=True)
         self.seq += 1
         heapq.heappush(self.fin_heap, (r.launches_base + r.output_len - r.out_len_base, self.seq, r.rid, r.ver))
 
     @cython.locals(self=ServerCore, r=Req, b=Batch)
     def _to_finishing(self, r: Req, b: Batch) -> None:
         r.state = "finishing"
-        r.held = self._ceil(r.input_len + r.out_len_base - 1)
+        p = self.page  # (self._ceil(n) and self._group(r), inlined)
+        r.held = -(-(r.input_len + r.out_len_base - 1) // p) * p
         self.awaiting_result[r.rid] = r
-        self.res.add(r, self._group(r), decoding=False)
+        self.res.add(r, 1 if (self.family == "0.5.23" and r.ignore_eos) else 0, decoding=False)
         if b.finishers:
             b.finishers.append(r)
         else:
@@ -655,8 +659,9 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
         nrows = nR
         sum_kv = self.sum_kv
         if zombies:
+            p = self.page  # (self._ceil, inlined)
             for z in zombies:
-                z.held = self._ceil(z.input_len + z.out_len_base)
+                z.held = -(-(z.input_len + z.out_len_base) // p) * p
                 sum_kv += z.input_len + z.out_len_base
             nrows += len(zombies)
         b.n_emit = nR
