@@ -431,9 +431,9 @@ def validate(measurements: str | Path, *, profile: str | Path | None = None, lat
 
     if variability not in ("off", "measured"):
         raise UserError("variability", f"unknown {variability!r}", "use off or measured")
-    rows = read_rows(measurements)
-    prof = CalibrationProfile.load(profile) if profile else None
     proto = protocol or Protocol()
+    rows = read_rows(measurements, proto.deployment)
+    prof = CalibrationProfile.load(profile) if profile else None
     if variability == "measured":
         proto = dataclasses.replace(proto, variability=Variability.measured())
     out = run_rows(rows, profile=prof, backend=latency_backend, seed=seed, protocol=proto, progress=progress,

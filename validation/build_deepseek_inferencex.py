@@ -47,14 +47,14 @@ window); there was no B300 EAGLE configuration then.
 decoder; the server repairs its copy, InferenceX's client repaired its own only for a local ``--model`` directory
 (``_fix_tokenizer_for_sglang`` @ef01c2205) while the B300 scripts passed the Hub id, until @5fe6d56ee (2026-05-15,
 "~5x client/server tokenizer mismatch"). The client's random prompts (decoded from random ids and re-encoded
-until the client counts ``isl``-range tokens) then reach the server as ``TOKEN_FACTOR[isl]`` times as many tokens,
+until the client counts ``isl``-range tokens) then reach the server as ``B300_TOKEN_FACTOR[isl]`` times as many tokens,
 reproduced with transformers 5.3.0 by ``validation/client_tokenizer_inflation.py`` (its docstring). B300 rows get
 that factor in ``server_tokens_per_prompt_token``; B200 0.5.9 (transformers 4.57.1) rows are unaffected.
 
 **The server encodes every prompt, one at a time.** The client sends text; SGLang's tokenizer manager encodes it
 synchronously in its one asyncio process (``managers/tokenizer_manager.py`` ``_tokenize_texts``), so each TTFT
 includes its prompt's encoding and that of every prompt ahead of it. B200 rows get the CPU time per prompt token
-measured by ``validation/tokenizer_cost.py`` in ``server_tokenize_us_per_token`` (``TOKENIZE_US_PER_TOKEN``); the
+measured by ``validation/tokenizer_cost.py`` in ``server_tokenize_us_per_token`` (``B200_TOKENIZE_US_PER_TOKEN``); the
 B300 rows' text (decoded by the broken tokenizer) was not measured and stays blank.
 
 A measurement filed twice (same configuration and load, TTFT and TPOT equal to 1e-15 relative) is kept once.
@@ -76,6 +76,13 @@ assumes), ``--moe-runner-backend flashinfer_trtllm`` (SGLang's SM100 default for
 ``--data-parallel-size 1``, ``--tensor-parallel-size`` (the row's ``tp``) and the environment
 ``SGL_ENABLE_JIT_DEEPGEMM=false SGLANG_ENABLE_FLASHINFER_GEMM=true`` (fp8 script).
 
+**One source of truth.** The configurations, their search spaces, flags, client, tokenizer effects and the rules
+that recognise a row (and its twins) are data in the installed package, ``shadowsim/known_deployments.py`` (its
+docstring; the constants named here live there). This script only selects the B200 0.5.9 / B300 0.5.10.post1 runs
+of the deployed file and writes their columns (`Match.columns`); ``shadowsim validate`` simulates the shared file's
+rows with the same entries (``--deployment as-deployed``, docs/accuracy.md §3.15). Derived from the registry, the
+two CSVs are byte-identical to the ones this script wrote with its own rules before.
+
     python validation/build_deepseek_inferencex.py           # writes the CSV
     python validation/build_deepseek_inferencex.py --check   # exits 1 if the CSV in the repo differs
 """
@@ -88,123 +95,38 @@ from pathlib import Path
 
 from shadowsim.measurement_files import render_csv, write_or_check
 
+from shadowsim import known_deployments as registry
+
 ROOT = Path(__file__).resolve().parent
 SOURCE = ROOT / "sglang_deepseek_b200_b300_deployed.csv"  # TP/EP as launched (build_deepseek_deployed.py)
 OUT = ROOT / "sglang_deepseek_inferencex.csv"
 OUT_EAGLE = ROOT / "sglang_deepseek_inferencex_eagle.csv"  # the EAGLE configuration's rows (slow to simulate)
-PLAIN_CONFIG_ID = "_cfg87"  # dsr1-fp8-b200-sglang's 11 TP8 points (isl×osl×C as in nvidia-master.yaml @12ba0ae07)
-RANGE_RATIO = "0.8"
-# server tokens per client-counted prompt token on the B300 0.5.10.post1 runs, by isl (client_tokenizer_inflation.py:
-# Σ server / Σ client tokens over 80 prompts of sample_random_requests, seed 0, range ratio 0.8)
-TOKEN_FACTOR = {"1024": "5.16", "8192": "5.18"}
-# CPU µs per prompt token of the SGLang 0.5.9 tokenizer manager encoding these prompts (tokenizer_cost.py: 80 prompts
-# of sample_random_requests per isl, DeepSeek-V3/R1 tokenizer.json, tokenizers 0.22.2; docs/accuracy.md §3.14). B200
-# rows only: the B300 prompts are other text (decoded by transformers 5.3.0's broken tokenizer), not measured.
-TOKENIZE_US_PER_TOKEN = {"1024": "7.26", "8192": "5.93"}
-NOT_SIMULATED = {
-    "fp8": "--enable-flashinfer-allreduce-fusion --attention-backend trtllm_mla --moe-runner-backend "
-           "flashinfer_trtllm --quantization fp8 --data-parallel-size 1",
-    "nvfp4": "--enable-flashinfer-allreduce-fusion --enable-symm-mem --attention-backend trtllm_mla "
-             "--moe-runner-backend flashinfer_trtllm --quantization modelopt_fp4 --data-parallel-size 1",
-}
-
-
-def recv_interval(concurrency: int, tp: int, precision: str) -> int:
-    """``SCHEDULER_RECV_INTERVAL`` of the scripts: 30 from 16 clients on, else 10 (fp8 TP4: always 10)."""
-    if precision == "fp8" and tp == 4:
-        return 10
-    return 30 if concurrency >= 16 else 10
-
-
-def launch_flags(concurrency: int, tp: int, ep: int, precision: str) -> str:
-    """The launch flags the simulator models, by script @12ba0ae07 (module docstring)."""
-    recv = recv_interval(concurrency, tp, precision)
-    if precision == "nvfp4":  # dsr1_fp4_b200.sh (--max-prefill-tokens not given: SGLang's 16384)
-        return (f"--cuda-graph-max-bs 256 --max-running-requests 256 --mem-fraction-static 0.85 "
-                f"--kv-cache-dtype fp8_e4m3 --chunked-prefill-size 16384 --ep-size {ep} "
-                f"--scheduler-recv-interval {recv} --disable-radix-cache --stream-interval 10")
-    if tp == 8:  # dsr1_fp8_b200.sh, TP 8 branch
-        return (f"--cuda-graph-max-bs 128 --max-running-requests 128 --mem-fraction-static 0.82 "
-                f"--kv-cache-dtype fp8_e4m3 --chunked-prefill-size 32768 --max-prefill-tokens 32768 "
-                f"--scheduler-recv-interval {recv} --disable-radix-cache --stream-interval 30 --ep-size {ep}")
-    # dsr1_fp8_b200.sh, TP 4 branch (8192 × 1024 only)
-    return (f"--cuda-graph-max-bs 32 --max-running-requests 32 --mem-fraction-static 0.95 "
-            f"--kv-cache-dtype fp8_e4m3 --chunked-prefill-size 8192 --max-prefill-tokens 8192 "
-            f"--scheduler-recv-interval {recv} --disable-radix-cache --stream-interval 30 --ep-size {ep}")
-
-
-def eagle_flags(concurrency: int) -> str:
-    """``dsr1_fp8_b200_mtp.sh`` @12ba0ae07 (TP 8 only), the flags the simulator models (``SGLANG_ENABLE_SPEC_V2=1``,
-    ``--fp8-gemm-backend flashinfer_trtllm`` and the chat template of ``--use-chat-template`` are not simulated)."""
-    recv = 30 if concurrency >= 16 else 10
-    return (f"--cuda-graph-max-bs 512 --max-running-requests 512 --mem-fraction-static 0.82 "
-            f"--kv-cache-dtype fp8_e4m3 --chunked-prefill-size 16384 --max-prefill-tokens 16384 "
-            f"--scheduler-recv-interval {recv} --disable-radix-cache --stream-interval 30 --ep-size 1 "
-            f"--speculative-algorithm EAGLE --speculative-num-steps 2 --speculative-num-draft-tokens 3 "
-            f"--speculative-eagle-topk 1")
-
-
-def config_of(r: dict[str, str], plain_tp8: set[tuple]) -> str | None:
-    """The InferenceX configuration a B200 SGLang 0.5.9 or B300 0.5.10.post1 row measured (None: none here)."""
-    tp, ep = int(r["tp"]), int(r["ep"])
-    if r["gpu"] == "b300_sxm" and r["sglang_version"] == "0.5.10.post1":
-        if r["precision"] == "nvfp4" and (tp, ep) in ((4, 4), (8, 8)):
-            return "dsr1-fp4-b300-sglang"
-        if r["precision"] == "fp8" and ep == 1 and (tp == 8 or (r["isl"], r["osl"]) == ("8192", "1024")):
-            return "dsr1-fp8-b300-sglang"
-        return None
-    if r["gpu"] != "b200_sxm" or r["sglang_version"] != "0.5.9":
-        return None
-    if r["precision"] == "nvfp4" and (tp, ep) in ((4, 4), (8, 8)):
-        return "dsr1-fp4-b200-sglang"
-    if r["precision"] == "fp8" and ep == 1 and tp == 4 and (r["isl"], r["osl"]) == ("8192", "1024"):
-        return "dsr1-fp8-b200-sglang"
-    if r["precision"] == "fp8" and ep == 1 and tp == 8:
-        return "dsr1-fp8-b200-sglang" if _key(r) in plain_tp8 else "dsr1-fp8-b200-sglang-mtp"
-    return None
-
-
-def _key(r: dict[str, str]) -> tuple:
-    # the same run filed twice carries the same TTFT and TPOT up to the last printed digit (1e-15 relative)
-    return (r["precision"], r["tp"], r["ep"], r["isl"], r["osl"], r["concurrency"],
-            round(float(r["measured_ttft_ms"]), 6), round(float(r["measured_tpot_ms"]), 6))
+# the configurations this file holds: B200 SGLang 0.5.9 and B300 0.5.10.post1 (the registry also knows a 0.5.6 one)
+VERSIONS = ("0.5.9", "0.5.10.post1")
 
 
 def build(source: Path) -> tuple[list[str], list[dict[str, str]], dict[str, int], list[dict[str, str]]]:
     """(fields, rows, counts per rule: rows kept per configuration and ``same run`` rows left out, the EAGLE
-    configuration's rows for OUT_EAGLE)."""
+    configuration's rows for OUT_EAGLE). Which configuration a row measured, its flags and client: the registry
+    (`shadowsim.known_deployments`: `recognise_all`, `Match.columns`), the one source of truth that ``shadowsim
+    validate`` also simulates the shared file's rows with."""
     with source.open(newline="") as fh:
         reader = csv.DictReader(fh)
         fields = list(reader.fieldnames or [])
         rows = list(reader)
-    plain_tp8 = {_key(r) for r in rows if r["id"].endswith(PLAIN_CONFIG_ID)}
-    assert len(plain_tp8) == 11, f"expected the 11 TP8 points of dsr1-fp8-b200-sglang, found {len(plain_tp8)}"
     out: list[dict[str, str]] = []
     eagle: list[dict[str, str]] = []
-    seen: dict[tuple, str] = {}
     counts: dict[str, int] = {}
-    for r in rows:
-        cfg = config_of(r, plain_tp8)
-        if cfg is None:
+    for r, (m, first) in zip(rows, registry.recognise_all(rows)):
+        if m is None or m.deployment.sglang_version not in VERSIONS:
             continue
-        k = _key(r)
-        if k in seen:
+        if first is not None:
             counts["same run (left out)"] = counts.get("same run (left out)", 0) + 1
             continue
-        seen[k] = r["id"]
-        c, tp, ep = int(r["concurrency"]), int(r["tp"]), int(r["ep"])
+        assert not m.relabelled, r["id"]  # the deployed file has the tp as launched
         r = dict(r)
-        r["server_args"] = eagle_flags(c) if cfg.endswith("-mtp") else launch_flags(c, tp, ep, r["precision"])
-        r["client"] = "bench_serving"
-        r["random_range_ratio"] = RANGE_RATIO
-        r["seed"] = "0"
-        r["num_requests"] = str(10 * c)
-        r["warmup_requests"] = str(2 * c)
-        r["server_tokens_per_prompt_token"] = TOKEN_FACTOR[r["isl"]] if r["gpu"] == "b300_sxm" else ""
-        r["server_tokenize_us_per_token"] = TOKENIZE_US_PER_TOKEN[r["isl"]] if r["gpu"] == "b200_sxm" else ""
-        r["deployment_note"] = f"{cfg}; not simulated: {NOT_SIMULATED[r['precision']]}"
-        if cfg.endswith("-mtp"):
-            r["deployment_note"] += " SGLANG_ENABLE_SPEC_V2=1 --fp8-gemm-backend flashinfer_trtllm --use-chat-template"
+        r.update(m.columns(int(r["isl"]), int(r["osl"]), int(r["concurrency"])))
+        cfg = m.deployment.name
         counts[cfg] = counts.get(cfg, 0) + 1
         (eagle if cfg.endswith("-mtp") else out).append(r)
     extra = [f for f in ("client", "random_range_ratio", "seed", "warmup_requests", "server_tokens_per_prompt_token",

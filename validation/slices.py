@@ -16,7 +16,7 @@ from typing import Any
 
 from shadowsim.commands.validate import read_rows
 from simcore.perf.slices import DEFAULT_SLICES, all_slices
-from simcore.perf.validation import METRICS, RowResult, validate
+from simcore.perf.validation import METRICS, Protocol, RowResult, validate
 
 
 def _results_from_json(rows: list[Any], path: str) -> tuple[list[RowResult], list[dict[str, str]]]:
@@ -49,12 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--by", default=",".join(DEFAULT_SLICES), help="comma-separated row attributes "
                     f"(default {','.join(DEFAULT_SLICES)})")
     ap.add_argument("--json", action="store_true", help="print the slices as JSON")
+    ap.add_argument("--deployment", default="as-deployed", choices=("as-deployed", "recorded"),
+                    help="read the rows as `shadowsim validate --deployment` does (as-deployed: known published "
+                         "deployments' tp/ep and flags, shadowsim/known_deployments.py; default as-deployed); give "
+                         "the mode the --from-json run used")
     args = ap.parse_args(argv)
-    rows = read_rows(args.measurements)
+    rows = read_rows(args.measurements, args.deployment)
     if args.from_json:
         results, skipped = _results_from_json(rows, args.from_json)
     else:
-        out = validate(rows, progress=lambda i, n, row: print(f"[{i + 1}/{n}] {row.id}", file=sys.stderr))
+        out = validate(rows, protocol=Protocol(deployment=args.deployment), progress=lambda i, n, row: print(f"[{i + 1}/{n}] {row.id}", file=sys.stderr))
         results, skipped = out["_results"], out["skipped"]
     slices = all_slices(results, [s.strip() for s in args.by.split(",") if s.strip()])
     if args.json:

@@ -25,9 +25,20 @@ flags leave no KV cache at SGLang's default --mem-fraction-static is simulated a
 printed under "assumption:" (docs/accuracy.md §3.10); --no-kv-mem-fraction off skips it. A bad server_args flag is a
 one-line error naming the row and the flag. See docs/accuracy.md §3.1, §3.8.
 
+Known deployments (docs/accuracy.md §3.15): by default (--deployment as-deployed) a row that
+shadowsim/known_deployments.py recognises as a public benchmark run (InferenceX's DeepSeek-R1 SGLang configurations
+on B200 and B300: the record id, GPU, precision, SGLang version and a point of the configuration's search space) and
+whose server_args are blank or aiconfigurator's reconstruction (--enable-mixed-chunk --max-prefill-tokens isl+1500)
+is simulated as that deployment ran: its launch script's flags, tp/ep (a tp column of tp x ep is read as tp), its
+client (bench_serving, range ratio 0.8, 10 x C prompts, 2 x C warm-up), the B300 runs' client-tokenizer inflation and
+the B200 server's tokenizer cost. A run filed under two ids is simulated as one. Each such row names the deployment
+(config, repo@commit script) in its assumptions, and the table prints one summary line; a row with other recorded
+flags is simulated as recorded. --deployment recorded simulates every row with the file's own flags.
+
 Examples:
   shadowsim validate ../shared/data/validation/sglang_qwen3_32b_h100.csv
   shadowsim validate ../shared/data/validation/sglang_deepseek_b200_b300.csv --only tp=8 --only ep=1 --only precision=fp8
+  shadowsim validate ../shared/data/validation/sglang_deepseek_b200_b300.csv --deployment recorded
   shadowsim validate ../shared/data/validation/sglang_deepseek_b200_b300.csv --deployment defaults
   shadowsim validate measurements.csv --server-args "--enable-mixed-chunk --max-prefill-tokens {isl+1500}"
   shadowsim validate measurements.csv --variability measured --replicas 5
@@ -101,10 +112,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "aiconfigurator's deployment generator wrote by the row's version (none before "
                              "0.5.6; --max-prefill-tokens isl+1500; --enable-mixed-chunk too from 0.5.8; "
                              "docs/accuracy.md 3.1) (default: SGLang's defaults)")
-    parser.add_argument("--deployment", default="as-deployed", choices=("as-deployed", "defaults", "flags"),
-                        help="as-deployed = each row's server_args (else --server-args, else SGLang's defaults); "
-                             "defaults = ignore them, SGLang's defaults for every row; flags = ignore them, "
-                             "--server-args for every row (to compare deployments)")
+    parser.add_argument("--deployment", default="as-deployed", choices=("as-deployed", "recorded", "defaults", "flags"),
+                        help="as-deployed = a row recognised as a known public benchmark deployment "
+                             "(shadowsim/known_deployments.py: InferenceX's DeepSeek B200/B300 SGLang configurations) "
+                             "whose server_args are blank or aiconfigurator's reconstruction runs that deployment's "
+                             "launch flags and client (listed in its assumptions; copies of one run as one run), every "
+                             "other row its server_args (else --server-args, else SGLang's defaults); recorded = each "
+                             "row's server_args as the file has them, no registry; defaults = ignore them, SGLang's "
+                             "defaults for every row; flags = ignore them, --server-args for every row (to compare "
+                             "deployments); docs/accuracy.md §3.15")
     parser.add_argument("--no-kv-mem-fraction", default=None, metavar="F|off",
                         help="a row whose recorded flags leave no KV cache at SGLang's default "
                              "--mem-fraction-static, though it is measured (so the server ran), is simulated at "
@@ -155,15 +171,23 @@ def _norm(v: str) -> str:
         return v
 
 
-def read_rows(path: str | Path) -> list[Any]:
-    """Read a measurement CSV into `simcore.perf.validation.Row`s (the file I/O stays out of simcore)."""
+def read_rows(path: str | Path, deployment: str = "recorded") -> list[Any]:
+    """Read a measurement CSV into `simcore.perf.validation.Row`s (the file I/O stays out of simcore).
+
+    ``deployment`` ``as-deployed``: rows recognised as a known public deployment take its columns
+    (`shadowsim.known_deployments.as_deployed`); any other mode reads the file as it is."""
     from simcore.perf.validation import rows_from_records
 
     p = Path(path)
     try:
         with p.open(newline="") as fh:
             reader = csv.DictReader(fh)
-            return rows_from_records(reader, reader.fieldnames or [], str(p))
+            records, fields = list(reader), list(reader.fieldnames or [])
+            if deployment == "as-deployed":
+                from shadowsim.known_deployments import as_deployed
+
+                records, fields = as_deployed(records, fields)
+            return rows_from_records(records, fields, str(p))
     except FileNotFoundError:
         raise UserError("MEASUREMENTS", f"no such file: {p}", "give a CSV in the validation format") from None
     except IsADirectoryError:
@@ -210,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
         deployment=args.deployment,
         variability=Variability.measured() if args.variability == "measured" else None,
         no_kv_mem_fraction=_no_kv_fraction(args.no_kv_mem_fraction, defaults.no_kv_mem_fraction))
-    rows = select_rows(args.measurements, read_rows(args.measurements), args.only)
+    rows = select_rows(args.measurements, read_rows(args.measurements, args.deployment), args.only)
     profile = CalibrationProfile.load(args.profile) if args.profile else None
 
     from tqdm import tqdm
@@ -289,20 +313,37 @@ def _print_tables(out: dict[str, Any]) -> None:
                   f" {_fmt(r.get('predicted_output_tokens_per_s'), 0):>14} {_fmt(r.get('measured_output_tokens_per_s'), 0):>8}"
                   f" {_fmt(r.get('output_tps_ape_pct')):>6}")
     deployments: dict[str, int] = {}
+    published: dict[str, int] = {}
     for r in out["rows"]:
-        deployments[r["deployment"]] = deployments.get(r["deployment"], 0) + 1
+        if r.get("published_deployment"):
+            name = r["published_deployment"].split(" (")[0].removeprefix("InferenceX ")
+            published[name] = published.get(name, 0) + 1
+        else:
+            deployments[r["deployment"]] = deployments.get(r["deployment"], 0) + 1
     print()
+    if published:
+        print(f"{sum(published.values())} row(s) simulated as their published deployment (InferenceX "
+              f"{', '.join(f'{k} {v}' for k, v in published.items())}; shadowsim/known_deployments.py); "
+              f"--deployment recorded for the file's flags")
     for d, n in deployments.items():
         print(f"{n} row(s) simulated {d}")
     warned = [r for r in out["rows"] if r.get("warnings")]
     if warned:
         print(f"warning: {len(warned)} row(s) move in lockstep waves in the simulation (lockstep index >= 0.5):"
               f" {', '.join(str(r['id']) for r in warned[:6])}{' ...' if len(warned) > 6 else ''}")
-    assumed = [r for r in out["rows"] if r.get("assumptions")]
+    from shadowsim.known_deployments import ASSUMPTION_PREFIX, UNKNOWN_LABEL as unknown
+
+    labelled = [r for r in out["rows"] if unknown in r.get("assumptions", [])]
+    if labelled:
+        print(f"{len(labelled)} row(s): {unknown}")
+    # the published deployment and the no-deployment label are summarized above; the rest one line each
+    other = {r["id"]: [a for a in r.get("assumptions", []) if not a.startswith(ASSUMPTION_PREFIX) and a != unknown]
+             for r in out["rows"]}
+    assumed = [r for r in out["rows"] if other[r["id"]]]
     if assumed:
         print(f"assumption: {len(assumed)} row(s) simulated with a setting their file does not record:")
         for r in assumed:
-            for a in r["assumptions"]:
+            for a in other[r["id"]]:
                 print(f"  {r['id']}: {a}")
     print()
     iv = out.get("intervals") or {}

@@ -24,6 +24,10 @@ TTFT; ``measured_itl_p50_ms``: median inter-token latency over all token gaps of
 ``measured_output_tokens_per_s``: output tokens / benchmark duration; ``measured_e2e_ms``: mean end-to-end
 latency, used instead of the TTFT + TPOT derivation when given). These are compared only where a row has them.
 
+``published_deployment`` and ``deployment_assumption`` (written by ``shadowsim validate --deployment as-deployed``,
+`shadowsim.known_deployments.as_deployed`, for a row simulated as its published deployment: which one, and the
+sentence listed first among the row's ``assumptions``).
+
 A measured row whose recorded flags leave no KV cache at SGLang's default ``--mem-fraction-static`` (the server could
 not have started so) runs at `NO_KV_MEM_FRACTION` and lists that in its ``assumptions`` (docs/accuracy.md §3.10).
 
@@ -144,6 +148,11 @@ class Row:
     # optional column: CPU µs the server's tokenizer manager spends per prompt token it encodes, one prompt at a time
     # (None: not modelled; docs/accuracy.md §3.14, validation/tokenizer_cost.py)
     server_tokenize_us_per_token: float | None = None
+    # optional columns written by ``shadowsim validate --deployment as-deployed`` (shadowsim.known_deployments) for a
+    # row simulated as its published deployment: which one (config, repo@commit script), and the sentence listed
+    # among the row's assumptions (also the label of a recognisable record with no known deployment)
+    published_deployment: str | None = None
+    deployment_assumption: str | None = None
 
     @property
     def deployment(self) -> str:
@@ -247,6 +256,8 @@ def rows_from_records(records: Iterable[dict[str, str]], fieldnames: Sequence[st
             seed=_num(r.get("seed"), int, "seed", rid),
             server_tokens_per_prompt_token=_token_factor(r, rid),
             server_tokenize_us_per_token=_tokenize_cost(r, rid),
+            published_deployment=(r.get("published_deployment") or "").strip() or None,
+            deployment_assumption=(r.get("deployment_assumption") or "").strip() or None,
         ))
     return rows
 
@@ -388,8 +399,9 @@ class Protocol:
     # flags for rows without a server_args column (None: SGLang defaults); may say {isl}, {isl+1500}, {osl}, or be
     # GENERATOR ("aiconfigurator": the generator's flags by the row's version)
     server_args: str | None = None
-    # as-deployed: the row's column, else server_args; defaults: SGLang's defaults for every row (column
-    # ignored); flags: server_args for every row (column ignored)
+    # as-deployed / recorded: the row's column, else server_args (the two differ before simcore: as-deployed rows
+    # recognised as a published deployment carry its columns, shadowsim.known_deployments.as_deployed); defaults:
+    # SGLang's defaults for every row (column ignored); flags: server_args for every row (column ignored)
     deployment: str = "as-deployed"
     variability: Variability | None = None  # None / off: the deterministic simulator (docs/accuracy.md §3.7)
     # the fraction a row whose recorded flags leave no KV cache is simulated at (`NO_KV_MEM_FRACTION`); None: skip it
@@ -444,7 +456,8 @@ def generator_server_args(isl: int, sglang_version: str) -> str | None:
     return ("--enable-mixed-chunk " + flags) if v >= (0, 5, 8) else flags
 
 
-DEPLOYMENTS = ("as-deployed", "defaults", "flags")
+DEPLOYMENTS = ("as-deployed", "recorded", "defaults", "flags")
+_ROW_FLAGS = ("as-deployed", "recorded")  # the modes that simulate a row's server_args column
 
 
 def expand_row_flags(text: str, isl: int, osl: int) -> str:
@@ -464,7 +477,7 @@ def _row_settings(row: Row, p: Protocol) -> tuple[dict[str, Any], str | None]:
     """ServerSettings fields of the row as deployed, and the flags they came from (None: SGLang defaults)."""
     if p.deployment == "defaults":
         return {}, None
-    if row.server_args and p.deployment == "as-deployed":
+    if row.server_args and p.deployment in _ROW_FLAGS:
         return dict(row.server_settings), row.server_args
     if not p.server_args:
         return {}, None
@@ -581,7 +594,7 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
             raise UserError("server_args", f"row {row.id}: {flags_text}: {err['msg']}") from None
 
     settings = settings_of(flags)
-    assumptions: list[str] = []
+    assumptions: list[str] = [row.deployment_assumption] if row.deployment_assumption else []
     try:
         pool = size_kv_pool(model, gpu, settings, precision)
     except UserError as exc:
@@ -644,10 +657,13 @@ def simulate_row(row: Row, *, profile: CalibrationProfile | None = None, backend
         "predicted_ttft_p10_ms": p10, "predicted_ttft_p50_ms": p50, "predicted_ttft_p90_ms": p90,
         "predicted_output_tokens_per_s": out_tps,
         "lockstep_index": None, "warnings": [], "assumptions": assumptions, "client": client,
-        "deployment": f"as deployed: {flags_text}" if flags_text else (
+        "published_deployment": row.published_deployment,
+        "deployment": (f"as published ({row.published_deployment}): {flags_text}" if flags_text and
+                       row.published_deployment else f"as deployed: {flags_text}") if flags_text else (
             "SGLang defaults (server_args ignored)" if row.server_args else "SGLang defaults (no server_args)"),
         "server_args_source": None if flags_text is None else (
-            "column" if row.server_args and p.deployment == "as-deployed" else "--server-args"),
+            ("published deployment" if row.published_deployment else "column")
+            if row.server_args and p.deployment in _ROW_FLAGS else "--server-args"),
     }
     # a loop of at least two rounds (a burst of one request per client is one wave by construction)
     if client == "aiperf" and row.concurrency and tpots and len(recs) >= 2 * row.concurrency:
