@@ -74,6 +74,9 @@ def build_latency_model(model: ModelSpec, gpu: GpuSpec, tp: int, precision: str,
     fp8_block_moe = (fp8_scale != 1.0 and gpu.sm_version >= FP8_MOE_PREFILL_MIN_SM and model.num_experts
                      and op_dtypes(serving_precision(model, prec), model).moe == "fp8_block")
     if not layout.is_trivial or (layout.fp4_moe_autotuned_tokens and prec == "nvfp4") or fp8_block_moe:
+        if layout.is_trivial and not (layout.fp4_moe_autotuned_tokens and prec == "nvfp4"):
+            # plain TP wrapped for the fp8 factor only: the tables' default (power-law) routing, as TableCosts
+            layout = ParallelLayout(tp_size=layout.tp_size, gpus_per_node=layout.gpus_per_node)
         costs = ParallelCosts(costs, layout, gpu, model, fp4_moe_autotuned_scale=prof.fp4_moe_autotuned_scale or 1.0,
                               fp8_moe_prefill_scale=fp8_scale)
     return StepLatencyModel(model, costs, tp, prec, prof, kv_dtype_bytes=kv_dtype_bytes,

@@ -261,6 +261,9 @@ class ParallelCosts:
         self.deepep = load_deepep(gpu.name) if layout.moe_a2a_backend == "deepep" else None
 
     def __getattr__(self, name: str) -> Any:
+        # copy/pickle look up dunders on an instance whose __init__ has not run: no ``base`` yet, do not recurse
+        if name == "base" or (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(name)
         return getattr(self.base, name)
 
     # ---- MoE ----------------------------------------------------------------------------------------------------

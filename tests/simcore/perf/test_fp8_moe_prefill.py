@@ -129,3 +129,14 @@ def test_the_profile_field_round_trips_and_enters_the_hash(tmp_path) -> None:
     assert p.fp8_moe_prefill_scale == 0.0  # unset: no correction (test_frontend_latency: out of the hash)
     with pytest.raises(Exception):
         CalibrationProfile(fp8_moe_prefill_scale=-1.0)
+
+
+def test_a_model_with_the_factor_copies_like_any_latency_model() -> None:
+    # copy looks up __setstate__ on a ParallelCosts whose __init__ has not run: its delegating __getattr__ must not
+    # recurse through self.base
+    import copy
+
+    _, _, _, scaled = _models()
+    prefill = BatchShape(extend_lens=(8192,), prefix_lens=(0,))
+    for twin in (copy.copy(scaled), copy.deepcopy(scaled)):
+        assert twin.step_time(prefill) == scaled.step_time(prefill)
