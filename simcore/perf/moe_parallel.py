@@ -48,7 +48,10 @@ the roofline's streaming efficiency ``mem_eff`` (the fraction of it streaming ke
 0.73). Decode-size calls (≤ 256 tokens) sit at or under that floor by construction; above it the time is the
 grouped GEMMs' work on the routed tokens, which is what a kernel build's tiles and efficiency change. So for
 ``fp8_block`` MoE calls on GPUs with fp8 tensor cores from Hopper on (`FP8_MOE_PREFILL_MIN_SM`) the time above the
-floor is multiplied by the profile's factor: t' = floor + s·max(0, t − floor). A roofline ridge would not do:
+floor is multiplied by the profile's factor: t' = floor + s·max(0, t − floor), in steps that run eagerly (prefill,
+mixed, decode above the captured sizes); a call replayed from a CUDA graph (decode, speculative verify and draft
+steps: `moe_graph_s`) keeps the table, because the EAGLE rows' verify calls of 200–1,500 tokens, which run in graphs,
+price within ~10% at the table (docs/accuracy.md §3.13) while the eager prefills are the slow ones. A roofline ridge would not do:
 counting the weights alone, a TP8 DeepSeek rank's call reaches the B200 ridge only at ~9.4k tokens, and counting the
 routed activations never (1.5·inter = 384 FLOP a byte against 584), yet the 8k prefills are the short ones.
 
@@ -269,24 +272,33 @@ class ParallelCosts:
     # ---- MoE ----------------------------------------------------------------------------------------------------
     def moe_s(self, tokens: float, hidden: int, inter: int, top_k: int, experts: int, dtype: str,
               tp: int = 1) -> float:
-        """One MoE layer on one rank. ``inter`` is the caller's per-rank width at TP ``tp`` (``rank_shapes``);
-        the layout's own split (moe_tp × ep) replaces it."""
+        """One MoE layer on one rank in an eager step. ``inter`` is the caller's per-rank width at TP ``tp``
+        (``rank_shapes``); the layout's own split (moe_tp × ep) replaces it."""
+        return self._moe_s(tokens, hidden, inter, top_k, experts, dtype, tp, self.fp8_moe_prefill_scale)
+
+    def moe_graph_s(self, tokens: float, hidden: int, inter: int, top_k: int, experts: int, dtype: str,
+                    tp: int = 1) -> float:
+        """`moe_s` for a call replayed from a CUDA graph (decode, speculative verify / draft steps): the table's
+        time, without the fp8 prefill factor (module docstring; docs/accuracy.md §3.16)."""
+        return self._moe_s(tokens, hidden, inter, top_k, experts, dtype, tp, 1.0)
+
+    def _moe_s(self, tokens: float, hidden: int, inter: int, top_k: int, experts: int, dtype: str, tp: int,
+               fp8_scale: float) -> float:
         lay = self.layout
         full_inter = inter * tp
         if lay.moe_a2a_backend == "deepep":
             # with DP attention each rank holds tokens/dp of the batch the step model priced; the experts see the
             # whole batch's routed tokens, the all-to-all moves each rank's share
             local = tokens / lay.dp_size if lay.enable_dp_attention else tokens
-            return self._expert_compute_s(tokens, hidden, full_inter, top_k, experts, dtype) \
+            return self._expert_compute_s(tokens, hidden, full_inter, top_k, experts, dtype, fp8_scale) \
                 + self.a2a_s(local, hidden, top_k, experts, graph=tokens <= 256)
-        return self._expert_compute_s(tokens, hidden, full_inter, top_k, experts, dtype)
+        return self._expert_compute_s(tokens, hidden, full_inter, top_k, experts, dtype, fp8_scale)
 
     def _expert_compute_s(self, tokens: float, hidden: int, full_inter: int, top_k: int, experts: int,
-                          dtype: str) -> float:
+                          dtype: str, fp8_scale: float = 1.0) -> float:
         t = self._expert_table_s(tokens, hidden, full_inter, top_k, experts, dtype)
-        if dtype == "fp8_block" and self.fp8_moe_prefill_scale != 1.0:
-            t = fp8_moe_prefill_s(t, self.moe_floor_s(tokens, hidden, full_inter, top_k, experts, dtype),
-                                  self.fp8_moe_prefill_scale)
+        if dtype == "fp8_block" and fp8_scale != 1.0:
+            t = fp8_moe_prefill_s(t, self.moe_floor_s(tokens, hidden, full_inter, top_k, experts, dtype), fp8_scale)
         return t
 
     def moe_floor_s(self, tokens: float, hidden: int, full_inter: int, top_k: int, experts: int,

@@ -140,3 +140,22 @@ def test_a_model_with_the_factor_copies_like_any_latency_model() -> None:
     prefill = BatchShape(extend_lens=(8192,), prefix_lens=(0,))
     for twin in (copy.copy(scaled), copy.deepcopy(scaled)):
         assert twin.step_time(prefill) == scaled.step_time(prefill)
+
+
+def test_graph_replayed_calls_keep_the_table_and_the_same_batch_eager_scales() -> None:
+    # An EAGLE verify of 128 requests × 4 tokens runs as a 512-token CUDA-graph replay: its MoE calls keep the table
+    # (docs/accuracy.md §3.13 measured such calls within ~10% of it); the same 512 rows run eagerly are scaled.
+    _, _, plain, scaled = _models()
+    replay = BatchShape(num_decode=512, decode_sum_kv=512 * 2048, cuda_graph_bs=512)
+    eager = BatchShape(num_decode=512, decode_sum_kv=512 * 2048)
+    assert scaled.step_time(replay).gpu_s == plain.step_time(replay).gpu_s
+    per_layer = _moe(scaled, 512) - _moe(plain, 512)
+    assert per_layer > 0
+    # the eager step's time is the MLA model's eager floor (61 × 1.354 ms) either way: compare its GPU work
+    assert scaled.step_time(eager).gpu_s == plain.step_time(eager).gpu_s
+    assert scaled._dense_part(512, 512, False) - plain._dense_part(512, 512, False) == pytest.approx(
+        DSR1.num_moe_layers * per_layer, rel=1e-9)
+    assert scaled._dense_part(512, 512, True) == plain._dense_part(512, 512, True)
+    sh = scaled.shapes
+    assert scaled.costs.moe_graph_s(512, sh.hidden, sh.moe_inter, sh.top_k, sh.num_experts, "fp8_block",
+                                    tp=8) == _moe(plain, 512)
