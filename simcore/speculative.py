@@ -122,8 +122,50 @@ class SpeculativeConfig:
                                              cuda_graph_bs=graph(self.num_draft_tokens)))
         extend = draft.step_time(BatchShape(num_decode=batch * (self.num_steps + 1), decode_sum_kv=sum_kv,
                                             cuda_graph_bs=graph(self.num_steps + 1)))
-        gpu = (self.num_steps - 1) * draft_step.gpu_s + verify.gpu_s + extend.gpu_s
+        # the MLA decode kernel sees each request's q_len query tokens as q_len × heads over its KV
+        reqs = batch if cuda_graph_bs is None else cuda_graph_bs
+        gpu = ((self.num_steps - 1) * draft_step.gpu_s
+               + verify.gpu_s + multi_token_mla_attention_s(target, reqs, sum_kv, self.num_draft_tokens)
+               + extend.gpu_s + multi_token_mla_attention_s(draft, reqs, sum_kv, self.num_steps + 1))
         return StepTime(gpu, verify.cpu_s)
+
+
+def multi_token_mla_attention_s(model: LatencyModel, requests: int, sum_kv: int, q_len: int) -> float:
+    """Seconds an MLA model's decode attention adds, over all its layers, when each of ``requests`` requests (the
+    CUDA graph's padded count in a graph) brings ``q_len`` query tokens over its own KV (``sum_kv`` tokens in all)
+    instead of the ``requests × q_len`` one-token rows of ``kv / q_len`` tokens each that the decode pricing of a
+    ``requests × q_len``-row step assumes (0 for a non-MLA model, q_len 1, or a model not priced per op).
+
+    SGLang 0.5.9 runs TARGET_VERIFY and DRAFT_EXTEND on the MLA decode kernel with the draft tokens folded into
+    the query heads: ``trtllm_mla_backend.py`` ``forward_extend`` (``is_target_verify()``: ``q.view(bs, -1,
+    tp_q_head_num, head_dim)`` into ``trtllm_batch_decode_with_kv_cache_mla`` with one block table and
+    ``seq_lens_k`` per request, ``max_seq_len = max_seq_len_k + draft_token_num``), ``flashmla_backend.py``
+    (``get_mla_metadata(seq_lens, num_draft_tokens * num_q_heads, 1)``). So a verify pass reads each request's
+    latent KV once and computes q_len × heads query rows against all of it: the MLA decode table at ``requests``
+    rows of ``sum_kv / requests`` tokens and ``q_len × q_heads`` heads (interpolated over heads, log-log, as
+    `simcore.perf.tables` does), with the weight-absorbed bmm kept at the priced ``requests × q_len`` tokens of
+    ``q_heads`` heads (its weights are per head, read once). The roofline path is exact as it stands at the folded
+    shape (the same KV bytes, q_len × the score FLOPs). Calibrated like every decode attention (profile
+    ``generation_attention``)."""
+    if q_len <= 1 or requests <= 0:
+        return 0.0
+    shapes = getattr(model, "shapes", None)
+    costs = getattr(model, "costs", None)
+    k_gen = getattr(model, "_k_gen", None)
+    if shapes is None or costs is None or k_gen is None or not shapes.is_mla:
+        return 0.0
+    from simcore.perf.costs import TableCosts
+
+    h, kvd, vd, kvb = shapes.q_heads, shapes.mla_kv_dim, shapes.mla_v_dim, model.kv_bytes
+    rows = requests * q_len
+    priced = costs.mla_generation_s(rows, max(1.0, sum_kv / rows), h, kvd, vd, kvb)
+    folded = costs.mla_generation_s(requests, max(1.0, sum_kv / requests), h * q_len, kvd, vd, kvb)
+    base = getattr(costs, "base", costs)  # a ParallelCosts wraps the table or roofline costs
+    if isinstance(base, TableCosts) and base._attn_curve(base._mgen, base.tables.generation_mla, requests,
+                                                         h * q_len, 1, "fp8" if kvb == 1 else "bf16", 128) is not None:
+        # the table path adds the absorb bmm at the heads it is asked for: keep the priced rows' one
+        folded += base.roof.mla_absorb_s(rows, h, kvd) - base.roof.mla_absorb_s(requests, h * q_len, kvd)
+    return k_gen * shapes.num_layers * (folded - priced)
 
 
 class DraftInputProjection:
