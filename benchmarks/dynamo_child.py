@@ -19,6 +19,11 @@ TABLE_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "shadowsim", "tabl
 def child_main(argv: list[str]) -> None:
     """The measured shadowsim child (``TRACE TIME_SCALE``): one JSON line."""
     print(json.dumps(shadowsim_child(argv[0], float(argv[1]))))
+    # the process ends as the ``shadowsim`` command's does (``shadowsim.cli.settle_for_exit``, not imported here:
+    # the CLI module imports argparse and pathlib)
+    import gc
+
+    gc.freeze()
 
 
 def shadowsim_child(trace: str, time_scale: float) -> dict[str, float]:

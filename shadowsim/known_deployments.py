@@ -51,14 +51,26 @@ recorded ``server_args`` than the reconstruction are trusted as recorded (`is_re
   ``--num-warmups`` on 2026-01-21, d053ae24e), and from 2025-10-06 (15b7c00b0) no persistent FlashInfer JIT cache
   on that runner, so the first requests of each run pay the kernels' JIT compilation. That is the likeliest cause of
   their 5–9 s TTFTs at 1024-token prompts (C ≥ 32) and 5–12 s at 8192 (a stall inside the measured window, of a size
-  nothing records); SGLang 0.5.3rc1 is also older than the simulator's version rules. Not registered.
+  nothing records). Simulated with all of the above (EP = TP, those flags, 50·C prompts, no warm-up; SGLang 0.5.3
+  rules), four 1024 × 1024 rows give TTFT 0.15–0.35 s against 0.42 s (cfg99 C 8), 0.89 s (cfg88 C 16), 7.1 s (cfg88
+  C 32) and 8.6 s (cfg99 C 32), TPOT within 1–10% but cfg99 C 32 (−24%): the recorded deployment explains the
+  decode, not the TTFT. Not registered: the runner (below), hence the prompt count, is not recorded.
 - ``cfg199`` (15 fp8 rows labelled TP64 EP8 = TP8 EP8, no version): the 15 points are dsr1-fp8-b200-sglang's space
   with ``ep: 8`` (three lengths, C 4…64) from d021eb362 (2025-10-27); its script launched without any EP flag until
   d1d2c82b8 (2025-11-09, ``--ep-size $EP_SIZE``), so the runs before that ran EP1 under an ``ep 8`` label, those
   after EP8, on v0.5.3rc1 or v0.5.5 (image of 2025-11-10): which the rows are is not recorded. Not registered.
-- the 0.5.6 R1 TP8 fp8 row (``..._8192x1024_c64_tp8_0_ep1_0_1288``): registered as ``dsr1-fp8-b200-sglang-0.5.6``
-  below (the only window where a v0.5.6 image had 8192×1024 TP8 at C 64: 2025-12-31 d27433dff … 2026-01-13
-  1d29967c4), with its client of that date (no warm-up, 50·C prompts).
+- the 0.5.6 R1 TP8 fp8 row (``..._8192x1024_c64_tp8_0_ep1_0_1288``): dsr1-fp8-b200-sglang with image
+  ``v0.5.6-cu129-amd64`` held 8192×1024 TP8 at C 4…64 only from d27433dff (2025-12-31) to 1d29967c4 (2026-01-13);
+  its TP8 launch line is the 0.5.9 one, and bench_serving had no warm-up then (d053ae24e). But the prompt count
+  depended on the machine: the ``b200`` runner pool (``.github/configs/runners.yaml``) held docker nodes
+  (``launch_b200-dgxc.sh``: 50·C prompts at OSL 1024 for DeepSeek-R1) and slurm nodes (``launch_b200-nb.sh`` →
+  ``benchmarks/dsr1_fp8_b200_slurm.sh``: 10·C), and the record does not say which ran it (from d053ae24e on every
+  runner calls ``run_benchmark_serving`` with 10·C and 2·C warm-up, so the 0.5.9 / 0.5.10 rows are unambiguous). Not
+  registered. (Simulated with the docker nodes' 50·C and no warm-up it gives TTFT 963 ms against 3,090 ms measured
+  and TPOT 32.2 against 40.6 ms; the file's flags give 1,571 ms / 48.5 ms.)
+
+The cfg88 / cfg99 rows share that ambiguity (the dsr1-tmpl.yml era's ``b200`` pool had ``launch_b200-nvd.sh``, 50·C /
+20·C prompts, and ``launch_b200-tg.sh``, 10·C) besides their SGLang 0.5.3rc1 and the FP4 v1 checkpoint.
 """
 from __future__ import annotations
 
@@ -225,19 +237,6 @@ DEPLOYMENTS: tuple[KnownDeployment, ...] = (
                          cfg_ids=(718,))),
         not_simulated=_NOT_SIMULATED_FP4, server_tokens_per_prompt_token=B300_TOKEN_FACTOR,
         evidence="added @9ebeafb4e (2026-04-17, #1049)"),
-    KnownDeployment(
-        name="dsr1-fp8-b200-sglang-0.5.6", runner="b200", gpu="b200_sxm", precision="fp8", sglang_version="0.5.6",
-        image="lmsysorg/sglang:v0.5.6-cu129-amd64", commit="d27433dff", script="benchmarks/dsr1_fp8_b200_docker.sh",
-        branches=(Branch(8, 1, {k: _doubling(4, 64) for k in ((1024, 1024), (1024, 8192), (8192, 1024))},
-                         fp8_tp8_flags),),
-        not_simulated=_NOT_SIMULATED_FP8,
-        # runners/launch_b200-nvd.sh / launch_b200-dgxc.sh @1d29967c4~1 for DeepSeek-R1-0528: 20·C at OSL 8192, else 50·C
-        prompts_per_client=lambda osl: 20 if osl == 8192 else 50,
-        warmups_per_client=0,  # bench_serving had no --num-warmups until d053ae24e (2026-01-21)
-        server_tokenize_us_per_token=B200_TOKENIZE_US_PER_TOKEN,
-        evidence="dsr1-fp8-b200-sglang with image v0.5.6-cu129-amd64 (d27433dff, 2025-12-31) and 8192x1024 TP8 at "
-                 "C 4-64 until 1d29967c4 (2026-01-13): the only v0.5.6 window holding the point; the TP8 launch line "
-                 "is the 0.5.9 one; the tokenizer cost is the 0.5.9 measurement (same tokenizer.json), an assumption"),
 )
 
 _CFG_ID = re.compile(r"^dsr1_(?P<runner>b\d+)_sglang_(?P<prec>fp[48])_agg_(?P<isl>\d+)x(?P<osl>\d+)_c(?P<c>\d+)"

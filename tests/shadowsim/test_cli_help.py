@@ -36,3 +36,32 @@ def test_cli_docstring_names_only_what_command_modules_expose() -> None:
     source = Path(cli.__file__).read_text()
     assert re.findall(r"\b(?:mod|module|args\._module)\.(\w+)", source) and set(
         re.findall(r"\b(?:mod|module|args\._module)\.(\w+)", source)) <= {*named, "__doc__"}
+
+
+def test_the_program_freezes_the_collector_before_exit_and_a_call_from_python_does_not() -> None:
+    """``shadowsim.cli.main()`` as the program (no arguments: the console script, ``python -m shadowsim``) moves
+    every tracked object to the collector's permanent generation before returning (the interpreter's teardown then
+    traverses nothing: docs/architecture.md, Start-up, fifth pass); ``main([...])`` from Python code leaves the
+    collector alone. The exit status and the output are the command's either way."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import gc, io, json, sys, contextlib
+from shadowsim.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    rc_call = main(["models"])
+after_call = gc.get_freeze_count()
+sys.argv = ["shadowsim", "models"]
+with contextlib.redirect_stdout(io.StringIO()) as out2:
+    rc_prog = main()
+print(json.dumps({"rc": [rc_call, rc_prog], "call": after_call, "prog": gc.get_freeze_count(),
+                  "same_output": out.getvalue() == out2.getvalue() and "Llama" in out.getvalue()}))
+"""
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["rc"] == [0, 0] and got["call"] == 0 and got["prog"] > 10_000 and got["same_output"]

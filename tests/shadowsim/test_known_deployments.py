@@ -42,7 +42,6 @@ def test_each_configuration_is_recognised_on_real_ids_of_the_file(records) -> No
         "dsr1_b300_sglang_fp8_agg_8192x1024_c32_cfg720": ("dsr1-fp8-b300-sglang", 4, False),
         "dsr1_b300_sglang_fp4_agg_1024x1024_c128_cfg717": ("dsr1-fp4-b300-sglang", 4, True),
         "dsr1_b300_sglang_fp4_agg_8192x1024_c16_cfg718": ("dsr1-fp4-b300-sglang", 8, True),  # file: tp 64, ep 8
-        "2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024_c64_tp8_0_ep1_0_1288": ("dsr1-fp8-b200-sglang-0.5.6", 8, False),
     }
     for rid, (name, tp, relabelled) in cases.items():
         m = kd.recognise(records[rid])
@@ -51,14 +50,16 @@ def test_each_configuration_is_recognised_on_real_ids_of_the_file(records) -> No
 
 
 def test_rows_outside_every_search_space_or_version_are_left_alone(records) -> None:
-    # the unversioned cfg88 / cfg99 / cfg199 rows: no registered configuration (module docstring: why)
+    # the unversioned cfg88 / cfg99 / cfg199 rows and the 0.5.6 one: no registered configuration (module
+    # docstring: why)
     for rid in ("dsr1_b200_sglang_fp4_agg_1024x1024_c32_cfg88", "dsr1_b200_sglang_fp4_agg_8192x1024_c4_cfg99",
-                "dsr1_b200_sglang_fp8_agg_1024x1024_c4_cfg199"):
+                "dsr1_b200_sglang_fp8_agg_1024x1024_c4_cfg199",
+                "2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024_c64_tp8_0_ep1_0_1288"):
         assert kd.candidates(records[rid]) == [] and kd.unknown_reason(records[rid]) == kd.UNKNOWN_LABEL
     r = records["dsr1_b200_sglang_fp8_agg_1024x1024_c64_cfg87"]
     # C 128 is outside dsr1-fp8-b200-sglang's TP8 space (conc-end 64): not a run of it
     assert kd.recognise({**r, "id": r["id"].replace("_c64_", "_c128_"), "concurrency": "128"}) is None
-    # 8192 × 1024 at TP8 only at C 4 in the 0.5.9 space; C 64 there is the 0.5.6 window's point only
+    # 8192 × 1024 at TP8 only at C 4 in the 0.5.9 space
     assert kd.recognise({**r, "id": "dsr1_b200_sglang_fp8_agg_8192x1024_c64_cfg87", "isl": "8192", "osl": "1024"}) is None
     # the id must agree with the columns, and a cfg id with the branch's config id
     assert kd.recognise({**r, "concurrency": "32"}) is None
@@ -84,12 +85,12 @@ def test_twins_are_one_run_simulated_as_the_first_copy(records) -> None:
     assert [out[1][k] for k in same] == [out[0][k] for k in same]
     assert (out[0]["model"], out[1]["tp"], records[r1]["model"]) == ("deepseek-ai/DeepSeek-V3", "8", "deepseek-ai/DeepSeek-R1")
     assert out[1]["deployment_assumption"].startswith(f"published deployment: the same run as {v3} ")
-    # the whole shared file: 180 rows, 104 distinct published runs + 25 copies, 51 with no known deployment
+    # the whole shared file: 180 rows, 103 distinct published runs + 25 copies, 52 with no known deployment
     every, _ = kd.as_deployed(list(records.values()), list(records[v3]))
     firsts = [r for r in every if r.get("published_deployment") and "the same run" not in r["deployment_assumption"]]
     copies = [r for r in every if "the same run" in r.get("deployment_assumption", "")]
-    assert (len(every), len(firsts), len(copies)) == (180, 104, 25)
-    assert sum(r.get("deployment_assumption") == kd.UNKNOWN_LABEL for r in every) == 51
+    assert (len(every), len(firsts), len(copies)) == (180, 103, 25)
+    assert sum(r.get("deployment_assumption") == kd.UNKNOWN_LABEL for r in every) == 52
 
 
 def test_a_row_with_other_recorded_flags_is_trusted_as_recorded(records) -> None:
@@ -136,10 +137,6 @@ def test_the_flags_follow_the_scripts_rules(records) -> None:
     # B300 (transformers 5.3.0 client tokenizer): the server saw 5.16 / 5.18 × the prompt tokens; no tokenizer cost
     (b300,), _ = kd.as_deployed([records["dsr1_b300_sglang_fp4_agg_8192x1024_c16_cfg718"]], [])
     assert (b300["tp"], b300["server_tokens_per_prompt_token"], b300["server_tokenize_us_per_token"]) == ("8", "5.18", "")
-    # the 0.5.6 window (before bench_serving's --num-warmups, 2026-01-21): 50·C prompts at OSL 1024, no warm-up
-    (old,), _ = kd.as_deployed([records["2026_03_25_deepseek_r1_b200_sxm_sglang_fp8_agg_8192x1024_c64_tp8_0_ep1_0_1288"]], [])
-    assert (old["num_requests"], old["warmup_requests"]) == ("3200", "0")
-    assert "--scheduler-recv-interval 30 " in old["server_args"] and "d27433dff" in old["published_deployment"]
 
 
 def test_validate_uses_the_registry_by_default_and_recorded_does_not(shared_dir, tmp_path, capsys) -> None:

@@ -110,3 +110,56 @@ lock.release()
 print(json.dumps({"metadata": "importlib.metadata" in sys.modules, "eager": vars(simpy).get("__version__")}))
 """)
     assert got["metadata"] is True and got["eager"]
+
+
+def test_the_package_starts_with_its_core_modules_and_completes_on_first_other_name() -> None:
+    got = _run("""
+import json, sys
+from simcore._simpy import simpy
+first = sorted(m for m in sys.modules if m == "simpy" or m.startswith("simpy."))
+import simpy.core, simpy.events, simpy.exceptions
+core = {n: getattr(simpy, n) is getattr(m, n) for m, names in ((simpy.core, ("Environment",)),
+        (simpy.events, ("AllOf", "AnyOf", "Event", "Process", "Timeout")),
+        (simpy.exceptions, ("Interrupt", "SimPyException"))) for n in names}
+from simpy import Store                      # the first other name runs SimPy's __init__
+after = sorted(m for m in sys.modules if m == "simpy" or m.startswith("simpy."))
+import simpy.resources.store
+env = simpy.Environment(); store = Store(env); got = []
+def put(env):
+    yield store.put("x")
+def get(env):
+    got.append((yield store.get()))
+env.process(put(env)); env.process(get(env)); env.run()
+print(json.dumps({"first": first, "core": core, "after": after, "store": Store is simpy.resources.store.Store,
+                  "got": got, "all": simpy.__all__, "toc": "autosummary" in (simpy.__doc__ or ""),
+                  "metadata": "importlib.metadata" in sys.modules, "file": simpy.__file__.endswith("__init__.py"),
+                  "env_same": simpy.Environment is simpy.core.Environment, "version": simpy.__version__}))
+""")
+    assert got["first"] == ["simpy", "simpy.core", "simpy.events", "simpy.exceptions"]
+    assert all(got["core"].values()) and len(got["core"]) == 8
+    assert "simpy.resources.store" in got["after"] and "simpy.rt" in got["after"]
+    assert got["store"] and got["got"] == ["x"] and got["toc"] and got["file"] and got["env_same"]
+    assert got["all"][:3] == ["AllOf", "AnyOf", "Container"] and "RealtimeEnvironment" in got["all"]
+    assert got["metadata"] is False  # __init__ ran with the stand-in too; __version__ asked for it afterwards only
+    assert got["version"]
+
+
+def test_a_submodule_imported_before_the_package_completes_works_and_an_unknown_name_still_fails() -> None:
+    got = _run("""
+import json, sys
+from simcore._simpy import simpy
+import simpy.rt                              # a submodule, before any other name of the package
+rt = simpy.rt.RealtimeEnvironment(factor=1e-6)
+loaded_before = "simpy.resources" in sys.modules
+try:
+    simpy.no_such_name                       # completes the package, then fails as before
+    err = None
+except AttributeError as e:
+    err = str(e)
+print(json.dumps({"rt": type(rt).__name__, "loaded_before": loaded_before, "err": err,
+                  "complete": "Resource" in vars(simpy), "hook": type(vars(simpy).get("__getattr__")).__name__}))
+""")
+    assert got["rt"] == "RealtimeEnvironment" and got["loaded_before"] is False
+    assert got["err"] == "module 'simpy' has no attribute 'no_such_name'" and got["complete"] is True
+    assert got["hook"] == "function"  # the completion hook is gone; __version__'s lookup is left
+

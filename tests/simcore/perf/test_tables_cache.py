@@ -67,7 +67,8 @@ def test_a_short_simulation_from_the_cache_imports_no_numpy(tmp_path: Path) -> N
     imports pydantic (~0.1 s: the settings and specs are simcore.frozen_model records), any I/O stack, the
     speculative-decoding and DP-attention modules a plain server does not use, nor ``importlib.metadata``
     (SimPy's ``__version__``: simcore._simpy) or ``importlib.resources`` (the data files are found beside the
-    modules) with the email module they pull in; only the process that builds the tables loads zipfile (the
+    modules) with the email module they pull in, nor SimPy's resources and ``rt`` (its ``__init__`` is not run:
+    simcore._simpy); only the process that builds the tables loads zipfile (the
     ``.npz`` files), hashlib (the table files' digests, memoized for the next process), pickle (writing; reading
     needs only the C unpickler) and tempfile (the cache's atomic write)."""
     import subprocess
@@ -88,7 +89,7 @@ res = simulate(ServerSettings(), lat, reqs, kv_capacity_tokens=400_000)
 assert len(res.records) == 100 and res.steps > 300, res.steps
 heavy = [m for m in ("pydantic", "pydantic_core", "kafka", "prometheus_client", "scipy", "yaml", "pandas",
                     "simcore.speculative", "simcore.dp_attention", "importlib.metadata", "importlib.resources",
-                    "email") if m in sys.modules]
+                    "email", "simpy.resources", "simpy.rt") if m in sys.modules]
 assert not heavy, heavy
 building = [m for m in ("zipfile", "tempfile", "hashlib", "pickle") if m in sys.modules]  # np.load, digests, write
 print("numpy" in sys.modules, building == ["zipfile", "tempfile", "hashlib", "pickle"] if building else False)
