@@ -437,9 +437,9 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
         mixed = s.enable_mixed_chunk and s.chunking_enabled
         ratio = self.ratio.current
         decoding, awaiting = self.decoding, self.awaiting_result  # (mutated in place only)
-        adder = PrefillAdder(s, kv.available, kv.lock, kv.unlock, self.res.value(ratio), ratio,
+        adder = PrefillAdder(s, None, None, None, self.res.value(ratio), ratio,  # the pool's own (pool=kv)
                              running_bs if mixed else 0, self.family,
-                             running=lambda: (*decoding.values(), *awaiting.values()))
+                             running=lambda: (*decoding.values(), *awaiting.values()), pool=kv)
         ch = self.chunked
         if ch is not None:
             self.chunked = adder.add_chunked_req(ch, ch.fill_target - ch.extend_end)
