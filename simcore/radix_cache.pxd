@@ -15,6 +15,9 @@ cdef class TreeNode:
     cdef public object last_access
     cdef public long tick
 
+@cython.locals(node=TreeNode)
+cdef TreeNode _node(long nid, TreeNode parent, tuple key, long ntok, object ckey)
+
 @cython.locals(n=cython.Py_ssize_t, lo=cython.Py_ssize_t, hi=cython.Py_ssize_t, mid=cython.Py_ssize_t)
 cpdef Py_ssize_t _common_prefix(tuple a, Py_ssize_t off, tuple b)
 

@@ -25,6 +25,7 @@ All sizes are in tokens (KV slots). Nothing here allocates memory: the pool is :
 from __future__ import annotations
 
 import heapq
+from heapq import heappop, heappush
 from typing import Any, Sequence
 
 from simcore.written_dataclass import DataclassFields, frozen_error
@@ -57,6 +58,23 @@ class TreeNode:
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"TreeNode(id={self.id}, ntok={self.ntok}, end={self.end}, lock={self.lock_ref})"
+
+
+def _node(nid: int, parent: TreeNode, key: tuple[int, ...], ntok: int, ckey: Any) -> TreeNode:
+    """``TreeNode(nid, parent, key, ntok, ckey)`` without the call of its ``__init__`` (compiled: the type's
+    allocation and the struct fields set directly, no argument parsing): the same fields, the same values."""
+    node = TreeNode.__new__(TreeNode)
+    node.id = nid
+    node.parent = parent
+    node.children = {}
+    node.key = key
+    node.ntok = ntok
+    node.end = parent.end + ntok
+    node.ckey = ckey
+    node.lock_ref = 0
+    node.last_access = 0.0
+    node.tick = 0
+    return node
 
 
 class MatchResult:
@@ -166,7 +184,7 @@ class RadixCache:
     def _push(self, node: TreeNode) -> None:
         """Record ``node`` (an unlocked leaf) as an eviction candidate under its current stamp."""
         heap = self._heap
-        heapq.heappush(heap, (node.last_access, node.tick, node.id))
+        heappush(heap, (node.last_access, node.tick, node.id))
         if len(heap) > 4 * len(self._nodes) + 64:
             self._compact()
 
@@ -186,7 +204,7 @@ class RadixCache:
 
     def _new_node(self, parent: TreeNode, key: tuple[int, ...], ntok: int, ckey: Any,
                   stamp: tuple[float, int]) -> TreeNode:
-        node = TreeNode(self._next_id, parent, key, ntok, ckey)
+        node = _node(self._next_id, parent, key, ntok, ckey)
         self._next_id += 1
         self._nodes[node.id] = node
         parent.children[ckey] = node
@@ -202,7 +220,7 @@ class RadixCache:
         parent = child.parent
         assert parent is not None and 0 < k < len(child.key)
         front_tok = k * self.key_unit
-        new = TreeNode(self._next_id, parent, child.key[:k], front_tok, child.ckey)
+        new = _node(self._next_id, parent, child.key[:k], front_tok, child.ckey)
         self._next_id += 1
         self._nodes[new.id] = new
         new.lock_ref = child.lock_ref
@@ -387,9 +405,8 @@ class RadixCache:
         heap = self._heap
         nodes = self._nodes
         root = self.root
-        pop = heapq.heappop
         while freed < num_tokens and heap:
-            entry = pop(heap)
+            entry = heappop(heap)
             node = nodes.get(entry[2])  # _valid, inlined
             if node is None or node.children or node.lock_ref or node.tick != entry[1] or node is root:
                 continue

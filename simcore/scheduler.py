@@ -20,6 +20,7 @@ import sys
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
+from simcore.kv_cache import KVCache
 from simcore.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -53,6 +54,13 @@ class AddResult(Enum):
     CONTINUE = "continue"
     NO_TOKEN = "no_token"
     OTHER = "other"
+
+
+# The members as module globals: reading ``AddResult.X`` goes through ``EnumType.__getattr__`` (Python 3.11), ≈ 1,000
+# instructions a look-up, and the adder returns one per call
+_CONTINUE = AddResult.CONTINUE
+_NO_TOKEN = AddResult.NO_TOKEN
+_OTHER = AddResult.OTHER
 
 
 # ---- new_token_ratio ------------------------------------------------------------------------------------
@@ -202,6 +210,23 @@ def _dfs_weight_order(waiting: Sequence[SchedReq]) -> list[int]:
     return order
 
 
+# (settings, the values of it order_waiting reads): the last settings seen, one object swapped whole
+_POLICY_SETTINGS: tuple[Any, tuple[Any, ...]] = (None, ())
+
+
+def _policy_settings(settings: ServerSettings) -> tuple[Any, ...]:
+    """(policy, disable_radix_cache, lpm_fallback_queue_len, enable_priority_scheduling) of ``settings``, read once
+    per settings object (frozen; the server sorts its queue with the same one every pass)."""
+    global _POLICY_SETTINGS
+    hit = _POLICY_SETTINGS
+    if hit[0] is settings:
+        return hit[1]
+    values = (settings.policy, settings.disable_radix_cache, settings.lpm_fallback_queue_len,
+              settings.enable_priority_scheduling)
+    _POLICY_SETTINGS = (settings, values)
+    return values
+
+
 def order_waiting(waiting: list[Any], settings: ServerSettings, rng: np.random.Generator,
                   match: Callable[[Any], None]) -> str:
     """Sort ``waiting`` in place for one pass, as ``calc_priority`` does; returns the active policy.
@@ -210,8 +235,12 @@ def order_waiting(waiting: list[Any], settings: ServerSettings, rng: np.random.G
     whole fill, without the ``len − 1`` cap of admission; it is called for every waiting request under
     cache-aware policies only.
     """
-    pol = active_policy(settings, len(waiting))
-    if settings.enable_priority_scheduling and pol in ("fcfs", "lof"):
+    pol, no_radix, fallback_len, priority = _policy_settings(settings)
+    if pol in ("lpm", "dfs-weight") and no_radix:  # active_policy(settings, len(waiting)), from the values
+        pol = "fcfs"
+    elif pol == "lpm" and len(waiting) > fallback_len:
+        pol = "fcfs"
+    if priority and pol in ("fcfs", "lof"):
         # §2.4/§2.9: priority first (sign −1: higher value first), then wait-queue entry time (fcfs) or
         # −max_new (lof; stable sort keeps queue order among equals)
         sign = settings.priority_sign
@@ -279,6 +308,26 @@ def preemption_victims(req: Any, running: Sequence[Any], need_tokens: float, set
 
 
 # ---- PrefillAdder -----------------------------------------------------------------------------------------
+# (settings, the values of it every PrefillAdder reads): the last settings seen, one object swapped whole
+_ADDER_SETTINGS: tuple[Any, tuple[Any, ...]] = (None, ())
+
+
+def _adder_settings(settings: ServerSettings) -> tuple[Any, ...]:
+    """(page_size, clip_max_new_tokens_estimation, prefill_max_requests, chunking_enabled, disable_radix_cache,
+    max_prefill_tokens, chunked_prefill_size) of ``settings``, read once per settings object: a ServerSettings is
+    frozen, and the server builds an adder per scheduling pass from the same one (≈ 300 instructions an attribute
+    read otherwise, ``chunking_enabled`` a property)."""
+    global _ADDER_SETTINGS
+    hit = _ADDER_SETTINGS
+    if hit[0] is settings:
+        return hit[1]
+    values = (settings.page_size, settings.clip_max_new_tokens_estimation, settings.prefill_max_requests,
+              settings.chunking_enabled, settings.disable_radix_cache, settings.max_prefill_tokens,
+              settings.chunked_prefill_size)
+    _ADDER_SETTINGS = (settings, values)
+    return values
+
+
 class PrefillAdder:
     """Admission of one prefill batch (§2.5). Call :meth:`add_chunked_req` first, then :meth:`add_one_req` per
     waiting request in policy order until it returns something other than CONTINUE.
@@ -292,21 +341,25 @@ class PrefillAdder:
     def __init__(self, settings: ServerSettings, available: Callable[[], int], lock: Callable[[Any], None],
                  unlock: Callable[[Any], None], running_reservation: float, new_token_ratio: float,
                  num_mixed_decode_tokens: int = 0, family: str | None = None,
-                 running: Callable[[], Iterable[SchedReq]] | None = None) -> None:
+                 running: Callable[[], Iterable[SchedReq]] | None = None, pool: KVCache | None = None) -> None:
         self.settings = settings
-        self.page = settings.page_size
-        self.clip = settings.clip_max_new_tokens_estimation
+        (self.page, self.clip, self.max_requests, self.chunking, self.no_radix, max_prefill,
+         chunk_size) = _adder_settings(settings)
         self.family = family or settings.family  # callers pass it: settings.family parses a version string
         self.v0523 = self.family == "0.5.23"
+        self.v04 = self.family == "0.4"
         self.overhead = self.page if self.v0523 else 0
         self.ratio = new_token_ratio
         self._available = available
         self._lock, self._unlock = lock, unlock
+        # ``pool``: the KVCache whose available/lock/unlock these are (the server passes it, and None for the three
+        # callables): the adder then calls KVCache.available and the tree's inc_lock_ref/dec_lock_ref itself, the
+        # functions those bound methods run (C calls when compiled, no bound method built per pass)
+        self._kv = pool
         self.total_offset = float(num_mixed_decode_tokens) + running_reservation
         self.current_offset = float(num_mixed_decode_tokens)
-        self.rem_input = settings.max_prefill_tokens - num_mixed_decode_tokens
-        self.rem_chunk: int | None = (settings.chunked_prefill_size - num_mixed_decode_tokens
-                                      if settings.chunking_enabled else None)
+        self.rem_input = max_prefill - num_mixed_decode_tokens
+        self.rem_chunk: int | None = chunk_size - num_mixed_decode_tokens if self.chunking else None
         self.can_run: list[Any] = []
         self.extend: dict[int, int] = {}  # id(req) → tokens to compute this step
         self.new_chunked: Any = None
@@ -315,26 +368,33 @@ class PrefillAdder:
         self._running = running          # the running batch's requests (add_one_req_ignore_eos reads them)
         self._req_states: list[tuple[float, int]] | None = None
 
+    def _avail(self) -> int:
+        """``available()``: free + evictable tokens of the pool now."""
+        kv = self._kv
+        if kv is not None:
+            return kv.available()
+        return self._available()
+
     # -- budgets --
     @property
     def rem_total(self) -> float:
-        return self._available() - self.total_offset
+        return self._avail() - self.total_offset
 
     @property
     def cur_rem(self) -> float:
-        return self._available() - self.current_offset
+        return self._avail() - self.current_offset
 
     def _ceil_page(self, n: int) -> int:
         return -(-n // self.page) * self.page
 
     def budget_state(self) -> AddResult:
-        avail = self._available()  # rem_total and cur_rem, one look at the pool
+        avail = self._avail()  # rem_total and cur_rem, one look at the pool
         if avail - self.total_offset <= 0 or avail - self.current_offset <= 0:
-            return AddResult.NO_TOKEN
+            return _NO_TOKEN
         rem_chunk = self.rem_chunk
         if self.rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0):
-            return AddResult.OTHER
-        return AddResult.CONTINUE
+            return _OTHER
+        return _CONTINUE
 
     def _update(self, prefix_len: int, extend_len: int, max_new: int) -> None:
         page = self.page
@@ -349,7 +409,7 @@ class PrefillAdder:
 
     def reserve_of(self, req: SchedReq) -> int:
         """``min(max(max_new − out, 0), CLIP)`` (0.4 ignores the outputs already generated)."""
-        if self.family == "0.4":
+        if self.v04:
             return min(req.max_new, self.clip)
         return min(max(req.max_new - req.out_len, 0), self.clip)
 
@@ -361,7 +421,7 @@ class PrefillAdder:
             budget = self.rem_chunk if self.rem_chunk is not None else remaining
         truncated = remaining > budget
         new_len = min(remaining, budget)
-        if truncated and self.family == "0.4":
+        if truncated and self.v04:
             new_len = max(self.page, new_len // self.page * self.page)
         # 0.5.x takes min(rem_chunk, remaining memory) as it is, not page-aligned (0.5.23 schedule_policy.py::
         # add_chunked_req lines 1140-1222 with PrefillBudget.available_chunk_tokens, prefill_budget.py line 142;
@@ -375,52 +435,62 @@ class PrefillAdder:
     # -- a waiting request --
     def add_one_req(self, req: SchedReq) -> AddResult:
         """Try to admit ``req`` whose ``prefix_len``/``last_node`` were just refreshed by a match."""
-        settings = self.settings
-        cap = settings.prefill_max_requests
+        cap = self.max_requests
         if cap is not None and len(self.can_run) >= cap:  # §2.11 (the in-flight chunk counts too)
-            return AddResult.OTHER
-        v04 = self.family == "0.4"
-        if not v04 and req.ignore_eos and settings.disable_radix_cache:
+            return _OTHER
+        v04 = self.v04
+        if not v04 and req.ignore_eos and self.no_radix:
             return self.add_one_req_ignore_eos(req)
         max_new = self.reserve_of(req)
         # the admission test subtracts the outputs already generated (a retracted request's), the reservation
         # does not: it charges min(max_new_tokens, CLIP) (0.5.23 _select_prefill_admission, schedule_policy.py
         # lines 1636, 1685-1703; 0.5.9 add_one_req, lines 791-798)
         reserve = min(req.max_new, self.clip) if not v04 else max_new
-        extend = req.fill_len - req.prefix_len
+        prefix_len = req.prefix_len
+        extend = req.fill_len - prefix_len
         total_tokens = extend + max_new + self.overhead
-        self._lock(req.last_node)  # for the test; kept (not released) when admitted: its prefix stays locked
+        node = req.last_node
+        kv = self._kv
+        # for the test; kept (not released) when admitted: its prefix stays locked
+        if kv is not None:
+            kv.tree.inc_lock_ref(node)  # what kv.lock(node) runs
+        else:
+            self._lock(node)
         admitted = False
         try:
             page = self.page
             input_tokens = -(-extend // page) * page
-            if total_tokens >= self._available() - self.total_offset:  # rem_total
-                return AddResult.NO_TOKEN
-            check_input = (not self.settings.chunking_enabled) if self.v0523 else True
+            if total_tokens >= self._avail() - self.total_offset:  # rem_total
+                return _NO_TOKEN
+            check_input = (not self.chunking) if self.v0523 else True
             if check_input and self.can_run and input_tokens >= self.rem_input:
-                return AddResult.OTHER
-            if self.rem_chunk is None or input_tokens <= self.rem_chunk:
+                return _OTHER
+            rem_chunk = self.rem_chunk
+            if rem_chunk is None or input_tokens <= rem_chunk:
                 admitted = True  # SGLang locks again and releases the test lock: the same one lock, kept here
                 self.can_run.append(req)
                 self.extend[id(req)] = extend
-                self._update(req.prefix_len, extend, reserve)
+                self._update(prefix_len, extend, reserve)
             else:
-                if self.family == "0.4":
-                    trunc = self.rem_chunk - self.page + 1
+                if v04:
+                    trunc = rem_chunk - page + 1
                 else:
-                    trunc = self.rem_chunk // self.page * self.page
-                end = (req.prefix_len + trunc) // self.page * self.page
-                trunc = end - req.prefix_len
+                    trunc = rem_chunk // page * page
+                end = (prefix_len + trunc) // page * page
+                trunc = end - prefix_len
                 if trunc <= 0:
-                    return AddResult.OTHER
+                    return _OTHER
                 admitted = True
                 self.can_run.append(req)
                 self.extend[id(req)] = trunc
                 self.new_chunked = req
-                self._update(req.prefix_len, trunc, 0)
+                self._update(prefix_len, trunc, 0)
         finally:
             if not admitted:
-                self._unlock(req.last_node)
+                if kv is not None:
+                    kv.tree.dec_lock_ref(node)  # what kv.unlock(node) runs
+                else:
+                    self._unlock(node)
         return self.budget_state()
 
     # -- ignore_eos requests without a radix cache (0.5.23) --
@@ -443,7 +513,7 @@ class PrefillAdder:
         extend = req.fill_len - req.prefix_len
         paged_input = self._ceil_page(extend) + self.overhead
         if paged_input > min(self.cur_rem, self.rem_total):  # PrefillBudget.can_allocate_prefill
-            return AddResult.NO_TOKEN
+            return _NO_TOKEN
         if self._req_states is None:
             states = [self._req_state(req)]
             states += [self._req_state(r) for r in (self._running() if self._running is not None else ())]
@@ -463,7 +533,7 @@ class PrefillAdder:
         for i, (left, occupied) in enumerate(self._req_states):
             bs = n - i
             if cur_rem + freed - left * bs <= bs:
-                return AddResult.NO_TOKEN
+                return _NO_TOKEN
             freed += occupied
         if self.rem_chunk is None or extend <= self.rem_chunk:
             self.can_run.append(req)
@@ -471,7 +541,7 @@ class PrefillAdder:
             self._update(0, extend, min(req.max_new, self.clip))
         else:
             if self.rem_chunk <= 0:
-                return AddResult.OTHER
+                return _OTHER
             trunc = self.rem_chunk  # not page-aligned on this path
             self.can_run.append(req)
             self.extend[id(req)] = trunc
