@@ -7,7 +7,8 @@ Stages: the interpreter and site; the benchmark's own imports (json, os); SimPy 
 (``simcore._simpy``, with the ``simcore`` package); ``import
 simcore.engine`` with what it imports; the child's other imports; model and GPU specs; settings and KV pool
 sizing; the latency model (tables from the binary cache, the model's GEMM curves); reading the trace; the
-simulation; the results. The table cache must be warm (run the child once first: the command does).
+simulation; the results. Each stage ends as the child does (``gc.freeze()`` before the interpreter's teardown,
+as ``shadowsim.cli.main`` does), so the stages add up to the child. The table cache must be warm (run the child once first: the command does).
 
 The interpreter is the one ``bench_dynamo`` runs its shadowsim child with (``bench_dynamo.plain_python``: a plain
 virtual environment like Dynamo's, SimPy copied in; made on first use); ``--here`` counts with this interpreter
@@ -39,7 +40,9 @@ import sys
 STAGE = int(sys.argv[1])
 sys.path.insert(0, ".")
 def stop(k):
-    if STAGE <= k:
+    if STAGE <= k:  # ends as the child (and the CLI) does: the collector frozen before the teardown
+        import gc
+        gc.freeze()
         sys.exit(0)
 stop(0)
 import json
@@ -75,6 +78,8 @@ res = simulate(settings, lat, TraceReplay(reqs, time_scale=1.0), kv_capacity_tok
 stop(9)
 ttft = [r.ttft_s for r in res.records]
 print(json.dumps({"requests": len(res.records), "sim_s": res.sim_time_s, "mean_ttft_ms": 1e3 * sum(ttft) / len(ttft)}))
+import gc
+gc.freeze()
 """
 
 

@@ -28,6 +28,7 @@ their simulated time, and knots are shared between runs.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import operator
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,7 @@ NUMPY_FROM = 512   # blocks at least this long are computed with numpy (same flo
 PURE_PYTHON_STEPS = 30_000  # ... once this many steps of such blocks were done in pure Python (start-up: a
 # short simulation never pays numpy's ~0.1 s import; the floats are the same either way)
 _np: Any = None
+_INFINITY = float("inf")  # simpy.core.Infinity: Environment.peek() with nothing scheduled
 
 
 def _numpy() -> Any:
@@ -175,7 +177,16 @@ class DecodeStepTimes:
         if self.knot_spacing <= 0.0:
             return 1
         want = int(sum_kv * self.knot_spacing)
-        return 1 << (want.bit_length() - 1) if want >= 1 else 1
+        if want < 1:
+            return 1
+        # 1 << (want.bit_length() - 1), without a method call on a boxed int: smear the top bit down, keep it
+        want |= want >> 1
+        want |= want >> 2
+        want |= want >> 4
+        want |= want >> 8
+        want |= want >> 16
+        want |= want >> 32
+        return want - (want >> 1)
 
 
 def plan_run(times: DecodeStepTimes, rows: int, graph_bs: int | None, sum_kv0: int, limit: int, t: float,
@@ -337,7 +348,7 @@ class DecodeRuns:
     MIN_DECODE_RUN = 3    # iterations below which the plain loop is as cheap
     MAX_DECODE_RUN = 4096  # iterations priced per run at most (a longer stretch is several runs)
 
-    @cython.locals(self=ServerCore, prev=Batch, last_b=Batch, due=Batch, kv=KVCache, req=Req)
+    @cython.locals(self=ServerCore, prev=Batch, last_b=Batch, due=Batch, kv=KVCache, req=Req, queue=list, heap=list)
     def _decode_run(self, t: float) -> bool:
         """Do the iterations from ``t`` on at once while each would build the same plain decode batch; False
         (nothing done) when fewer than ``MIN_DECODE_RUN`` qualify.
@@ -368,12 +379,14 @@ class DecodeRuns:
         if limit < self.MIN_DECODE_RUN:
             return False
         pend = self.pending
-        bound = self.env.peek()
+        queue = self.env._queue  # (env.peek(), inlined)
+        bound = queue[0][0] if queue else _INFINITY
         if pend and pend[0][0] < bound and not latched:  # an arrival would be admitted: it ends the run
             bound = pend[0][0]
         if bound <= t or t < self.env.now or (self.overlap and self.gpu_free >= bound):
             return False  # (overlap: the second iteration starts at the first launch, not before gpu_free)
-        graph_bs = self._pad(rows)
+        g = self.graph_bs  # (self._pad(rows), inlined: the next captured CUDA-graph size, None above the largest)
+        graph_bs = None if not g or rows > g[-1] else g[bisect.bisect_left(g, rows)]
         sum_kv0 = self.sum_kv
         overlap = self.overlap
         starts, ends, cpu = plan_run(self.run_times, rows, graph_bs, sum_kv0, limit, t, self.gpu_free, bound,
@@ -411,14 +424,16 @@ class DecodeRuns:
         self.run_steps += n
         bid0 = self.bid
         self.bid = bid0 + n
-        used = kv.used
+        used = kv.private + kv.tree.protected_size  # (kv.used)
         if used > self.kv_peak_used:
             self.kv_peak_used = used
-        last_b = self._run_batch(bid0 + n, rows, sum_kv0 + (n - 1) * rows, graph_bs, launches_base + n, ends[n - 1])
+        last_b = _run_batch(bid0 + n, rows, sum_kv0 + (n - 1) * rows, graph_bs, launches_base + n, ends[n - 1])
         self.gpu_free = last_b.gpu_end
-        self._pop_finishers(last_b)  # as _launch_decode_rows after its launch (the run's last one)
+        heap = self.fin_heap
+        if heap and heap[0][0] <= launches_base + n:  # (the test _pop_finishers starts with)
+            self._pop_finishers(last_b)  # as _launch_decode_rows after its launch (the run's last one)
         if overlap:
-            due = self._run_batch(bid0 + n - 1, rows, sum_kv0 + (n - 2) * rows, graph_bs, launches_base + n - 1, ends[n - 2])
+            due = _run_batch(bid0 + n - 1, rows, sum_kv0 + (n - 2) * rows, graph_bs, launches_base + n - 1, ends[n - 2])
             due.emit_s = ends[n - 2] + cpu[n - 1]
             self.inflight, self.due = last_b, due
             self.t = starts[n - 1]
@@ -430,9 +445,18 @@ class DecodeRuns:
 
     @staticmethod
     def _run_batch(bid: int, rows: int, sum_kv: int, graph_bs: int | None, g_after: int, gpu_end: float) -> Batch:
-        b = Batch(bid, "decode")
-        b.set_decode(rows, sum_kv, graph_bs)
-        b.n_emit = rows
-        b.g_after = g_after
-        b.gpu_end = gpu_end
-        return b
+        return _run_batch(bid, rows, sum_kv, graph_bs, g_after, gpu_end)
+
+
+@cython.locals(b=Batch)
+def _run_batch(bid: int, rows: int, sum_kv: int, graph_bs: int | None, g_after: int, gpu_end: float) -> Batch:
+    """A decode batch of a run (its numbers only: ``Batch.set_decode``, emitting ``rows`` tokens)."""
+    b = Batch(bid, "decode")
+    b._shape = None  # (b.set_decode(rows, sum_kv, graph_bs), inlined)
+    b.dec_rows = rows
+    b.dec_sum_kv = sum_kv
+    b.dec_graph = graph_bs
+    b.n_emit = rows
+    b.g_after = g_after
+    b.gpu_end = gpu_end
+    return b

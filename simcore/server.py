@@ -66,6 +66,11 @@ WAITING_PREFIX_REFRESH_MAX_QUEUE = 128  # §2.4: waiting requests touched per re
 RECV_SKIPPER_WEIGHT_OTHER = 1000  # SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DEFAULT (0.5.9 environ.py): non-decode passes
 SHAPE_FIELDS: tuple[str, ...] = BatchShape.__match_args__  # (frozen_new)
 LATE = 2  # SimPy priority: URGENT=0, NORMAL=1; our wake-ups run after every same-time event
+INFINITY = float("inf")  # simpy.core.Infinity: Environment.peek() with nothing scheduled
+# AddResult members as module constants: the same objects, read without the Enum class's attribute hook
+ADD_CONTINUE = AddResult.CONTINUE
+ADD_NO_TOKEN = AddResult.NO_TOKEN
+ADD_OTHER = AddResult.OTHER
 
 
 def late_event(env: simpy.Environment, delay: float) -> simpy.Event:
@@ -269,12 +274,15 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
         return next_graph_bs(self.graph_bs, bs)
 
     # ---- the loop -----------------------------------------------------------------------------------
-    @cython.locals(self=ServerCore, batch=Batch, prev=Batch, req=Req, kv=KVCache, due=Batch)
+    @cython.locals(self=ServerCore, batch=Batch, prev=Batch, req=Req, kv=KVCache, due=Batch, times=DecodeStepTimes,
+                   queue=list)
     def _run(self):  # noqa: C901 - the scheduler loop reads best in one place
         env = self.env
         # first iteration (or the one a restored server resumes with) runs after same-time submits
         yield self._late(self.t - env.now)
         now = env.now  # SimPy's clock, read again after every yield (it moves only while this process waits)
+        times = self.run_times
+        queue = env._queue  # (env.peek(), inlined: the time of SimPy's next event, INFINITY if none)
         while True:
             if self.due is not None:
                 self._apply(self.due, self.t)
@@ -288,12 +296,16 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
                 req = heapq.heappop(pend)[2]
                 req.wait_entry_s = req.ingest_s
                 self.waiting.append(req)
-            if self.decode_runs and self._decode_run(t):
+            # (the first test of _decode_run, before the call: most iterations cannot start a run)
+            if self.decode_runs and not (self.chunked is not None or self.zombies or self.joined or self.awaiting_result
+                                         or not self.decoding
+                                         or (self.waiting and not (self.batch_is_full and not self.preempt))) \
+                    and self._decode_run(t):
                 batch = None  # a run of decode iterations was done; self.t is the iteration after it
             elif (batch := self._schedule(t)) is not None:
                 self.last_kind = batch.kind
                 if self.decode_runs and batch.kind == "decode":  # priced like a run's steps (same knots)
-                    gpu, cpu = self.run_times.one(batch.dec_rows, batch.dec_graph, batch.dec_sum_kv)
+                    gpu, cpu = times.one(batch.dec_rows, batch.dec_graph, batch.dec_sum_kv)
                 else:
                     st = self.latency.step_time(batch.shape)
                     gpu, cpu = st.gpu_s, st.cpu_s
@@ -364,8 +376,8 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
                 else:
                     continue
             due = self.due
-            if (not self.fast or self.t >= env.peek() or (due is not None and due.finishers and self.signal_finishes)
-                    or self.t < now):
+            if (not self.fast or self.t >= (queue[0][0] if queue else INFINITY)
+                    or (due is not None and due.finishers and self.signal_finishes) or self.t < now):
                 yield self._late(self.t - now)
                 now = env.now
 
@@ -401,7 +413,9 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
             return self._decode(t, zombies)  # type: ignore[arg-type]
         return None
 
+    @cython.locals(self=ServerCore, r=Req)
     def _group(self, r: Req) -> int:
+        """``r``'s ReservationSum group (its class docstring; inlined where the loop adds a request)."""
         return 1 if (self.family == "0.5.23" and r.ignore_eos) else 0
 
     @cython.locals(self=ServerCore, r=Req, tree=RadixCache, node=TreeNode)
@@ -433,7 +447,10 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
         match = self._match  # (closures over bound methods and the dicts, not over self: Cython's typed self)
         pol = order_waiting(self.waiting, s, self.rng, lambda r: match(r, t, capped=False))
         if self.refresh_on and self.waiting and pol in ("fcfs", "lof", "random"):
-            self._touch_waiting(t)
+            if self.refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0:
+                self._touch_waiting(t)
+            else:  # (_touch_waiting's counter, inlined for the 31 passes of 32 that touch nothing)
+                self.refresh_calls += 1
         mixed = s.enable_mixed_chunk and s.chunking_enabled
         ratio = self.ratio.current
         decoding, awaiting = self.decoding, self.awaiting_result  # (mutated in place only)
@@ -446,7 +463,7 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
         admitted = 0
         preempted: list[Req] = []
         for r in self.waiting:
-            if adder.budget_state() == AddResult.OTHER:
+            if adder.budget_state() == ADD_OTHER:
                 break
             if preempted:  # the running batch shrank: get_num_allocatable_reqs is re-evaluated
                 allocatable = self.max_running - len(self.decoding) - len(self.awaiting_result)
@@ -458,14 +475,17 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
             # init_next_round_input: a fresh match (touches LRU); self._match(r, t), inlined
             key = r.key
             tree = self.kv.tree
-            node = tree.root if key is None else tree.match_node(key, r.fill_len - 1, t)
+            # (r.fill_len - 1, inlined: input_len + out_len)
+            node = tree.root if key is None else tree.match_node(
+                key, r.input_len + (r.out_len_base + (r.launch_counter[0] - r.launches_base) if r.in_decoding
+                                    else r.out_len_base) - 1, t)
             r.prefix_len = node.end
             r.last_node = node
             res = adder.add_one_req(r)
             if adder.can_run and adder.can_run[-1] is r:
                 admitted += 1
-            if res != AddResult.CONTINUE:
-                if res == AddResult.NO_TOKEN:
+            if res != ADD_CONTINUE:
+                if res == ADD_NO_TOKEN:
                     self.batch_is_full = bool(adder.can_run) or running_bs > 0
                 break
         if not adder.can_run:
@@ -584,19 +604,21 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
         self.decoding[r.rid] = r
         self.sum_kv += r.input_len + r.out_len_base
         self.joined.append(r)
+        group = 1 if (self.family == "0.5.23" and r.ignore_eos) else 0  # (self._group(r), inlined)
         if self.spec is not None:  # its terms and finish are recomputed every iteration (_decode_spec)
-            self.res.add(r, self._group(r), decoding=False)
+            self.res.add(r, group, decoding=False)
             return
-        self.res.add(r, self._group(r), decoding=True)
+        self.res.add(r, group, decoding=True)
         self.seq += 1
         heapq.heappush(self.fin_heap, (r.launches_base + r.output_len - r.out_len_base, self.seq, r.rid, r.ver))
 
     @cython.locals(self=ServerCore, r=Req, b=Batch)
     def _to_finishing(self, r: Req, b: Batch) -> None:
         r.state = "finishing"
-        r.held = self._ceil(r.input_len + r.out_len_base - 1)
+        p = self.page  # (self._ceil(n) and self._group(r), inlined)
+        r.held = -(-(r.input_len + r.out_len_base - 1) // p) * p
         self.awaiting_result[r.rid] = r
-        self.res.add(r, self._group(r), decoding=False)
+        self.res.add(r, 1 if (self.family == "0.5.23" and r.ignore_eos) else 0, decoding=False)
         if b.finishers:
             b.finishers.append(r)
         else:
@@ -624,7 +646,7 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
         n += sum(1 for z in zombies if (z.input_len + z.out_len_base - 1) % p == 0)
         return n * p
 
-    @cython.locals(self=ServerCore, b=Batch, kv=KVCache, z=Req)
+    @cython.locals(self=ServerCore, b=Batch, kv=KVCache, z=Req, heap=list)
     def _launch_decode_rows(self, b: Batch, zombies: list[Req], need: int) -> tuple[int, int]:
         """Allocate and launch one decode row per running request (+ EOS zombie rows). Returns (rows, Σkv)."""
         kv = self.kv
@@ -637,8 +659,9 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
         nrows = nR
         sum_kv = self.sum_kv
         if zombies:
+            p = self.page  # (self._ceil, inlined)
             for z in zombies:
-                z.held = self._ceil(z.input_len + z.out_len_base)
+                z.held = -(-(z.input_len + z.out_len_base) // p) * p
                 sum_kv += z.input_len + z.out_len_base
             nrows += len(zombies)
         b.n_emit = nR
@@ -646,10 +669,14 @@ class Server(ServerCore, ResultProcessor, DecodeRuns):
             b.newcomers = [r for r in self.joined if r.in_decoding]
             self.joined = []
         self.sum_kv += nR
-        self.res.before_decode(self.launch_counter[0], self.reqs)
-        self.launch_counter[0] += 1
-        b.g_after = self.launch_counter[0]
-        self._pop_finishers(b)
+        G = self.launch_counter[0]
+        self.res.advance(G, 1, self.reqs)  # (ReservationSum.before_decode, inlined)
+        G += 1
+        self.launch_counter[0] = G
+        b.g_after = G
+        heap = self.fin_heap
+        if heap and heap[0][0] <= G:  # (the test _pop_finishers starts with)
+            self._pop_finishers(b)
         return nrows, sum_kv
 
     @cython.locals(self=ServerCore, b=Batch, r=Req)

@@ -25,7 +25,7 @@ class ResultProcessor:
     ``res``, ``itl_vals``/``itl_w``, ``last_decode_apply(_g)``, ``detokenize_s``, ``on_finish``, ``env``.
     """
 
-    @cython.locals(self=ServerCore, b=Batch, r=Req, kv=KVCache)
+    @cython.locals(self=ServerCore, b=Batch, r=Req, kv=KVCache, itl_vals=list, itl_w=list)
     def _apply(self, b: Batch, t: float) -> None:
         # state changes now (t); the client sees the tokens at emit_t, never before earlier batches' tokens
         base = b.emit_s if b.emit_s > self.emit_floor else self.emit_floor
@@ -39,13 +39,17 @@ class ResultProcessor:
             self.out_free = base = start + self.out_step_s + self.out_tok_s * n
         emit_t = base + self.detokenize_s
         kv = self.kv
+        # (the ITL samples: self._itl(v, w), inlined)
+        itl_vals = self.itl_vals
+        itl_w = self.itl_w
         for r in b.prefill_done:
             if r.state not in ("run", "finishing"):
                 continue
             if r.first_token_s is None:
                 r.first_token_s = emit_t
             else:
-                self._itl(emit_t - r.last_emit_s, 1)
+                itl_vals.append(emit_t - r.last_emit_s)
+                itl_w.append(1)
             r.last_emit_s = emit_t
             if r.state == "run" and r.node is not None:
                 r.node = kv.cache_unfinished(r.key, r.fill_target, r.node, t)
@@ -55,10 +59,12 @@ class ResultProcessor:
                 if r.dropped_bid == b.bid:
                     continue
                 n_new += 1
-                self._itl(emit_t - r.last_emit_s, 1)
+                itl_vals.append(emit_t - r.last_emit_s)
+                itl_w.append(1)
             cont = b.n_emit - n_new
             if cont > 0:
-                self._itl(emit_t - self.last_decode_apply, cont)
+                itl_vals.append(emit_t - self.last_decode_apply)
+                itl_w.append(cont)
             self.last_decode_apply = emit_t
             self.last_decode_apply_g = b.g_after
         for r in b.finishers:

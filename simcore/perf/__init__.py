@@ -20,9 +20,9 @@ from simcore.gpus import GpuSpec
 from simcore.models.spec import ModelSpec, normalize_precision
 from simcore.perf.base import BatchShape, LatencyModel, LinearLatencyModel, StepTime
 from simcore.perf.costs import RooflineCosts, TableCosts
-from simcore.perf.moe_parallel import ParallelCosts, ParallelLayout
+from simcore.perf.moe_parallel import FP8_MOE_PREFILL_MIN_SM, ParallelCosts, ParallelLayout, op_dtypes
 from simcore.perf.profile import CalibrationProfile, default_profile
-from simcore.perf.step import StepLatencyModel
+from simcore.perf.step import StepLatencyModel, serving_precision
 from simcore.perf.tables import load_tables, tables_dir_names
 
 BACKENDS = ("auto", "table", "roofline", "linear")
@@ -68,8 +68,16 @@ def build_latency_model(model: ModelSpec, gpu: GpuSpec, tp: int, precision: str,
     layout = parallel if parallel is not None else ParallelLayout(tp_size=tp, gpus_per_node=gpu.gpus_per_node)
     if layout.tp_size != tp:
         raise UserError("--tp", f"the parallel layout has tp_size {layout.tp_size}, the model was asked for {tp}")
-    # an nvfp4 server whose decode MoE runs autotuned tactics needs the layout's costs even at plain TP
-    if not layout.is_trivial or (layout.fp4_moe_autotuned_tokens and prec == "nvfp4"):
-        costs = ParallelCosts(costs, layout, gpu, model, fp4_moe_autotuned_scale=prof.fp4_moe_autotuned_scale or 1.0)
+    # an nvfp4 server whose decode MoE runs autotuned tactics, and a block-fp8 MoE on SM90+ with the profile's
+    # prefill factor, need the layout's costs even at plain TP
+    fp8_scale = prof.fp8_moe_prefill_scale or 1.0
+    fp8_block_moe = (fp8_scale != 1.0 and gpu.sm_version >= FP8_MOE_PREFILL_MIN_SM and model.num_experts
+                     and op_dtypes(serving_precision(model, prec), model).moe == "fp8_block")
+    if not layout.is_trivial or (layout.fp4_moe_autotuned_tokens and prec == "nvfp4") or fp8_block_moe:
+        if layout.is_trivial and not (layout.fp4_moe_autotuned_tokens and prec == "nvfp4"):
+            # plain TP wrapped for the fp8 factor only: the tables' default (power-law) routing, as TableCosts
+            layout = ParallelLayout(tp_size=layout.tp_size, gpus_per_node=layout.gpus_per_node)
+        costs = ParallelCosts(costs, layout, gpu, model, fp4_moe_autotuned_scale=prof.fp4_moe_autotuned_scale or 1.0,
+                              fp8_moe_prefill_scale=fp8_scale)
     return StepLatencyModel(model, costs, tp, prec, prof, kv_dtype_bytes=kv_dtype_bytes,
                             backend="table" if tables is not None else "roofline")

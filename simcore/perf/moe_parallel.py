@@ -36,6 +36,25 @@ call hits the cache from SGLang 0.5.10 on: 0.5.9 passes the hidden-state scales 
 ``fp4_moe_autotuned_tokens`` tokens (0 = none: SGLang < 0.5.10, a GPU before SM100) run tuned tactics; they cost
 the table's time × the profile's ``fp4_moe_autotuned_scale`` (docs/accuracy.md §3.12, "The autotuned FP4 MoE").
 
+**Block-fp8 MoE above its memory floor** (`fp8_moe_prefill_s`, the profile's ``fp8_moe_prefill_scale``). With the
+launch flags and client of the InferenceX runs, every DeepSeek-R1 fp8 prefill on B200 and B300 is priced ~1.2–1.9×
+too fast while the nvfp4 rows of the same client, flags and GPUs fit and fp8 decode (TPOT) fits; of the op classes
+only the fused MoE is large enough to hold the gap (docs/accuracy.md §3.12, §3.14, §3.16). A fused-MoE call costs
+at least its memory floor: the kernel's fixed latency (routing, launches, tile scheduling: the largest excess of
+the priced time over the HBM time among decode-size calls, `DECODE_SIZE_TOKENS`) plus the HBM time of the experts
+it touches (E·(1 − (1 − k/E)^m) of this rank's experts, 3·hidden·inter weights each at the checkpoint's bytes)
+and of its routed activations (4·hidden bytes a route: bf16 in and out), at the GPU catalogue's HBM bandwidth ×
+the roofline's streaming efficiency ``mem_eff`` (the fraction of it streaming kernels reach, fitted on the tables:
+0.73). Decode-size calls (≤ 256 tokens) sit at or under that floor by construction; above it the time is the
+grouped GEMMs' work on the routed tokens, which is what a kernel build's tiles and efficiency change. So for
+``fp8_block`` MoE calls on GPUs with fp8 tensor cores from Hopper on (`FP8_MOE_PREFILL_MIN_SM`) the time above the
+floor is multiplied by the profile's factor: t' = floor + s·max(0, t − floor), in steps that run eagerly (prefill,
+mixed, decode above the captured sizes); a call replayed from a CUDA graph (decode, speculative verify and draft
+steps: `moe_graph_s`) keeps the table, because the EAGLE rows' verify calls of 200–1,500 tokens, which run in graphs,
+price within ~10% at the table (docs/accuracy.md §3.13) while the eager prefills are the slow ones. A roofline ridge would not do:
+counting the weights alone, a TP8 DeepSeek rank's call reaches the B200 ridge only at ~9.4k tokens, and counting the
+routed activations never (1.5·inter = 384 FLOP a byte against 584), yet the 8k prefills are the short ones.
+
 Routing distribution: the MoE tables measured ``balanced`` routing and power-law skew (``power_law_1.01``); real
 traffic is skewed, so ``power_law`` is the default (as before this module), ``balanced`` the ideal.
 
@@ -50,6 +69,7 @@ import math
 from typing import TYPE_CHECKING, Any, Literal
 
 from simcore.errors import UserError
+from simcore.perf.costs import _DT_BYTES
 from simcore.perf.interp import Curve
 from simcore.values import FrozenValue
 
@@ -128,6 +148,32 @@ class ParallelLayout(FrozenValue):
             and not self.enable_dp_attention
 
 
+# The block-fp8 MoE whose prefill-size calls the profile's ``fp8_moe_prefill_scale`` slows: Hopper (SM90) and later,
+# the GPUs whose fp8 tensor cores run it (module docstring; docs/accuracy.md §3.16 for the evidence per GPU).
+FP8_MOE_PREFILL_MIN_SM = 90
+# Decode-size MoE calls (powers of two up to SGLang's default largest CUDA-graph batch, 256): their largest time above
+# their HBM time is the kernel's fixed latency (routing, launches, tile scheduling), part of the memory floor.
+DECODE_SIZE_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# HBM bytes a route moves besides the weights: its hidden state in and its expert output out, bf16 (2 + 2 per element).
+ROUTED_ACTIVATION_BYTES_PER_HIDDEN = 4.0
+
+
+def moe_memory_s(tokens: float, hidden: int, inter: int, routes: float, experts: int, weight_bytes: float,
+                 hbm_bytes_per_s: float) -> float:
+    """HBM time of one fused-MoE call on one rank at ``hbm_bytes_per_s``: the ``experts`` local experts' weights
+    (three ``hidden × inter`` matrices of ``weight_bytes`` an element) of those that ``tokens`` tokens touch when
+    each sends ``routes`` routes here uniformly (E·(1 − (1 − routes/E)^tokens)), plus the routed activations."""
+    active = experts * (1.0 - (1.0 - routes / experts) ** tokens) if experts else 0.0
+    byts = active * 3.0 * hidden * inter * weight_bytes + tokens * routes * hidden * ROUTED_ACTIVATION_BYTES_PER_HIDDEN
+    return byts / hbm_bytes_per_s
+
+
+def fp8_moe_prefill_s(call_s: float, floor_s: float, scale: float) -> float:
+    """A block-fp8 MoE call of ``call_s`` seconds (the table's) whose memory floor is ``floor_s``: the floor as it
+    is and the time above it × ``scale`` (module docstring). A call at or below its floor is unchanged."""
+    return floor_s + scale * (call_s - floor_s) if call_s > floor_s else call_s
+
+
 # The first SGLang version whose FP4 TRT-LLM MoE call hits flashinfer's tuning cache (module docstring).
 FP4_MOE_AUTOTUNE_HIT_VERSION = (0, 5, 10)
 
@@ -204,10 +250,13 @@ class ParallelCosts:
     is the wrapped costs' own (``__getattr__``)."""
 
     def __init__(self, base: Any, layout: ParallelLayout, gpu: "GpuSpec", model: "ModelSpec",
-                 fp4_moe_autotuned_scale: float = 1.0) -> None:
+                 fp4_moe_autotuned_scale: float = 1.0, fp8_moe_prefill_scale: float = 1.0) -> None:
         self.base = base
         self.layout = layout
         self.fp4_moe_autotuned_scale = fp4_moe_autotuned_scale
+        # the block-fp8 MoE's time above its memory floor × this, from SM90 on (module docstring)
+        self.fp8_moe_prefill_scale = fp8_moe_prefill_scale if gpu.sm_version >= FP8_MOE_PREFILL_MIN_SM else 1.0
+        self._moe_latency: dict[tuple, float] = {}
         self.gpu = gpu
         self.model = model
         self.roof = getattr(base, "roof", base)
@@ -215,25 +264,61 @@ class ParallelCosts:
         self.deepep = load_deepep(gpu.name) if layout.moe_a2a_backend == "deepep" else None
 
     def __getattr__(self, name: str) -> Any:
+        # copy/pickle look up dunders on an instance whose __init__ has not run: no ``base`` yet, do not recurse
+        if name == "base" or (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(name)
         return getattr(self.base, name)
 
     # ---- MoE ----------------------------------------------------------------------------------------------------
     def moe_s(self, tokens: float, hidden: int, inter: int, top_k: int, experts: int, dtype: str,
               tp: int = 1) -> float:
-        """One MoE layer on one rank. ``inter`` is the caller's per-rank width at TP ``tp`` (``rank_shapes``);
-        the layout's own split (moe_tp × ep) replaces it."""
+        """One MoE layer on one rank in an eager step. ``inter`` is the caller's per-rank width at TP ``tp``
+        (``rank_shapes``); the layout's own split (moe_tp × ep) replaces it."""
+        return self._moe_s(tokens, hidden, inter, top_k, experts, dtype, tp, self.fp8_moe_prefill_scale)
+
+    def moe_graph_s(self, tokens: float, hidden: int, inter: int, top_k: int, experts: int, dtype: str,
+                    tp: int = 1) -> float:
+        """`moe_s` for a call replayed from a CUDA graph (decode, speculative verify / draft steps): the table's
+        time, without the fp8 prefill factor (module docstring; docs/accuracy.md §3.16)."""
+        return self._moe_s(tokens, hidden, inter, top_k, experts, dtype, tp, 1.0)
+
+    def _moe_s(self, tokens: float, hidden: int, inter: int, top_k: int, experts: int, dtype: str, tp: int,
+               fp8_scale: float) -> float:
         lay = self.layout
         full_inter = inter * tp
         if lay.moe_a2a_backend == "deepep":
             # with DP attention each rank holds tokens/dp of the batch the step model priced; the experts see the
             # whole batch's routed tokens, the all-to-all moves each rank's share
             local = tokens / lay.dp_size if lay.enable_dp_attention else tokens
-            return self._expert_compute_s(tokens, hidden, full_inter, top_k, experts, dtype) \
+            return self._expert_compute_s(tokens, hidden, full_inter, top_k, experts, dtype, fp8_scale) \
                 + self.a2a_s(local, hidden, top_k, experts, graph=tokens <= 256)
-        return self._expert_compute_s(tokens, hidden, full_inter, top_k, experts, dtype)
+        return self._expert_compute_s(tokens, hidden, full_inter, top_k, experts, dtype, fp8_scale)
 
     def _expert_compute_s(self, tokens: float, hidden: int, full_inter: int, top_k: int, experts: int,
-                          dtype: str) -> float:
+                          dtype: str, fp8_scale: float = 1.0) -> float:
+        t = self._expert_table_s(tokens, hidden, full_inter, top_k, experts, dtype)
+        if dtype == "fp8_block" and fp8_scale != 1.0:
+            t = fp8_moe_prefill_s(t, self.moe_floor_s(tokens, hidden, full_inter, top_k, experts, dtype), fp8_scale)
+        return t
+
+    def moe_floor_s(self, tokens: float, hidden: int, full_inter: int, top_k: int, experts: int,
+                    dtype: str) -> float:
+        """The memory floor of one MoE call on this rank (module docstring): the kernel's fixed latency (the largest
+        priced time minus HBM time of a decode-size call, `DECODE_SIZE_TOKENS`) + the HBM time of ``tokens``
+        tokens' call (`moe_memory_s`)."""
+        lay = self.layout
+        inter, routes, local = max(1, full_inter // lay.moe_tp_size), top_k / lay.ep_size, max(1, experts // lay.ep_size)
+        wbytes, bw = _DT_BYTES.get(dtype, 2.0), self.gpu.hbm_bytes_per_s * self.roof.p("mem_eff")
+        key = (hidden, full_inter, top_k, experts, dtype)
+        latency = self._moe_latency.get(key)
+        if latency is None:
+            latency = self._moe_latency[key] = max(0.0, max([
+                self._expert_table_s(m, hidden, full_inter, top_k, experts, dtype)
+                - moe_memory_s(m, hidden, inter, routes, local, wbytes, bw) for m in DECODE_SIZE_TOKENS]))
+        return latency + moe_memory_s(tokens, hidden, inter, routes, local, wbytes, bw)
+
+    def _expert_table_s(self, tokens: float, hidden: int, full_inter: int, top_k: int, experts: int,
+                        dtype: str) -> float:
         lay = self.layout
         mt = getattr(self.tables, "moe", None) if self.tables is not None else None
         if mt is not None:

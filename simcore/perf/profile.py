@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 # Factors added after the first profiles were written; 0.0 (their default) leaves a profile's hash unchanged.
 _LATE_FACTORS = ("frontend_s", "gpu_per_req_s_by_version", "launch_s_per_mla_layer", "extend_s_per_layer",
-                 "extend_s_per_layer_by_version", "fp4_moe_autotuned_scale")
+                 "extend_s_per_layer_by_version", "fp4_moe_autotuned_scale", "fp8_moe_prefill_scale")
 OP_CLASSES = ("gemm", "context_attention", "generation_attention", "communication", "moe", "elementwise")
 
 
@@ -69,6 +69,13 @@ class CalibrationProfile(FrozenModel):
       autotune chose, as a fraction of the fallback tactic the MoE tables timed; it applies to the nvfp4 MoE calls
       that hit the tuning cache (`simcore.perf.moe_parallel`, ``fp4_moe_autotuned_tokens``). 0 = 1 (no correction).
       Calibrated on the B300 nvfp4 rows' fit split, capped by the HBM bound (docs/accuracy.md §3.12).
+    - ``fp8_moe_prefill_scale``: how much longer the block-fp8 fused MoE of a serving SGLang (flashinfer's TRT-LLM
+      fp8 block-scale MoE on SM100) spends above its memory floor than the kernel the MoE tables timed: the time
+      of a call above the floor (the kernel's fixed latency + the touched experts' weights and the routed
+      activations over HBM bandwidth) is multiplied by it, on SM90 and later, so memory-bound (decode-size) calls keep the table's
+      time and prefill-size calls, whose time is the routed tokens' work, run that much slower
+      (`simcore.perf.moe_parallel.fp8_moe_prefill_s`). 0 = 1 (no correction). Fitted on the fit split of the
+      B200 fp8 rows of validation/sglang_deepseek_inferencex.csv (docs/accuracy.md §3.16).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -89,6 +96,7 @@ class CalibrationProfile(FrozenModel):
     extend_s_per_layer: float = 0.0
     extend_s_per_layer_by_version: dict[str, float] = Field(default_factory=dict)
     fp4_moe_autotuned_scale: float = Field(0.0, ge=0.0, le=1.0)
+    fp8_moe_prefill_scale: float = Field(0.0, ge=0.0)
     # Roofline efficiencies (fraction of peak reached), measured on the tabulated GPUs.
     roofline: dict[str, float] = Field(default_factory=dict)
     fit_stats: dict[str, FitStat] = Field(default_factory=dict)

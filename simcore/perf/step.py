@@ -146,7 +146,8 @@ class StepLatencyModel:
         if self.tp > 1 and logits:  # gather the vocab-sharded logits (bf16) onto every rank
             comm_s += c.allreduce_s(logits * self.model.vocab_size * 2.0 / self.tp, self.tp, graph)
         ew_s = self._layer_elementwise_s(m) + self._head_elementwise_s(m, logits)
-        total = (self._k_gemm * (gemm_s + self._head_s(logits)) + self._k_moe * self._moe_layers_s(m)
+        moe_s = self._moe_graph_layers_s(m) if graph else self._moe_layers_s(m)
+        total = (self._k_gemm * (gemm_s + self._head_s(logits)) + self._k_moe * moe_s
                  + self._k_comm * comm_s + self._k_ew * ew_s)
         if len(self._dense_memo) >= MEMO_LIMIT:  # bounded in a long live run, as the whole-step memo
             self._dense_memo.clear()
@@ -175,6 +176,17 @@ class StepLatencyModel:
             return 0.0
         return sh.num_moe_layers * self.costs.moe_s(m, sh.hidden, sh.moe_inter, sh.top_k, sh.num_experts,
                                                     self._gemm_dtype, tp=self.tp)
+
+    def _moe_graph_layers_s(self, m: int) -> float:
+        """`_moe_layers_s` for a step replayed from a CUDA graph (decode, speculative verify and draft): costs that
+        price graph-replayed MoE calls apart (`simcore.perf.moe_parallel.ParallelCosts.moe_graph_s`: the table's
+        time, without the profile's fp8 prefill factor, docs/accuracy.md §3.16) answer it; others as eager."""
+        sh = self.shapes
+        graph_s = getattr(self.costs, "moe_graph_s", None)
+        if not sh.num_moe_layers or graph_s is None:
+            return self._moe_layers_s(m)
+        return sh.num_moe_layers * graph_s(m, sh.hidden, sh.moe_inter, sh.top_k, sh.num_experts, self._gemm_dtype,
+                                           tp=self.tp)
 
     # ---- attention ------------------------------------------------------------------------------------------
     def _context_attention(self, extend: tuple[int, ...], prefix: tuple[int, ...]) -> float:

@@ -450,12 +450,40 @@ def _read_cached(path: str | Path, digest: str) -> GpuTables | None:
 
     lazy = {m: _LazyTables(m, data, entries[m], rebuild) for m in entries}
     try:
-        single = {m: lazy[m]["_"] for m in ("allreduce", "moe") if "_" in lazy[m]}
+        allreduce = lazy["allreduce"]["_"] if "_" in lazy["allreduce"] else None
+        return _CachedGpuTables(lazy["moe"], gpu, lazy["gemm"], lazy["context_attention"],  # type: ignore[arg-type]
+                                lazy["generation_attention"], allreduce, None, lazy["context_mla"],  # type: ignore[arg-type]
+                                lazy["generation_mla"], digest)  # type: ignore[arg-type]
     except KeyError:
         return None
-    return GpuTables(gpu, lazy["gemm"], lazy["context_attention"], lazy["generation_attention"],  # type: ignore[arg-type]
-                     single.get("allreduce"), single.get("moe"), lazy["context_mla"],  # type: ignore[arg-type]
-                     lazy["generation_mla"], digest)  # type: ignore[arg-type]
+
+
+class _CachedGpuTables(GpuTables):
+    """`GpuTables` read from the cache file, whose MoE table (≈ 1 MB of the H100's 2.2 MB file; a dense model
+    never prices it) is unpickled on first access of ``moe``, like every per-dtype table (start-up: its CRC-32 and
+    unpickling were ≈ 4 M instructions of every process, docs/architecture.md, Start-up, fifth pass). Pickles as
+    a plain `GpuTables` with every table (sweep workers)."""
+
+    def __init__(self, lazy_moe: _LazyTables, *args: Any) -> None:
+        super().__init__(*args)  # sets ``moe`` to None (the setter below)
+        self._lazy_moe: _LazyTables | None = lazy_moe
+
+    @property  # type: ignore[override]
+    def moe(self) -> MoeTable | None:
+        lazy = self._lazy_moe
+        if lazy is not None:
+            self._moe = lazy["_"] if "_" in lazy else None
+            self._lazy_moe = None
+        return self._moe
+
+    @moe.setter
+    def moe(self, value: MoeTable | None) -> None:  # an assigned table replaces the cached one
+        self._lazy_moe, self._moe = None, value
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (GpuTables, (self.gpu, dict(self.gemm), dict(self.context_attention), dict(self.generation_attention),
+                            self.allreduce, self.moe, dict(self.context_mla), dict(self.generation_mla),
+                            self.digest))
 
 
 def _cache_bytes(tables: GpuTables) -> bytes:

@@ -38,7 +38,8 @@ def test_the_hash_of_older_profiles_does_not_change() -> None:
     p = CalibrationProfile(gpu_per_req_s=1.5e-5)
     payload_without = p.model_dump(exclude={"name", "source", "fit_stats", "frontend_s", "gpu_per_req_s_by_version",
                                             "launch_s_per_mla_layer", "extend_s_per_layer",
-                                            "extend_s_per_layer_by_version", "fp4_moe_autotuned_scale"})
+                                            "extend_s_per_layer_by_version", "fp4_moe_autotuned_scale",
+                                            "fp8_moe_prefill_scale"})
     import hashlib
     import json
     expected = hashlib.sha256(json.dumps(payload_without, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
@@ -48,6 +49,7 @@ def test_the_hash_of_older_profiles_does_not_change() -> None:
     assert p.model_copy(update={"launch_s_per_mla_layer": 1.3541e-3}).profile_hash != p.profile_hash
     assert p.model_copy(update={"extend_s_per_layer_by_version": {"0.4.0": 2.3e-4}}).profile_hash != p.profile_hash
     assert p.model_copy(update={"fp4_moe_autotuned_scale": 0.8}).profile_hash != p.profile_hash
+    assert p.model_copy(update={"fp8_moe_prefill_scale": 2.0}).profile_hash != p.profile_hash
 
 
 class _Scaled(GpuTimeScaling):

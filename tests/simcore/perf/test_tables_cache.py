@@ -125,6 +125,32 @@ def test_a_process_unpickles_only_the_tables_it_uses(cache: Path) -> None:
     import pickle
     again = pickle.loads(pickle.dumps(hit))
     assert type(again.gemm) is dict and sorted(again.gemm) == sorted(fresh.gemm) and _probe(again) == _probe(fresh)
+    assert type(again) is T.GpuTables and again.moe is not None and again.moe.cols.keys() == fresh.moe.cols.keys()
+
+
+def test_the_moe_table_is_unpickled_on_first_use_only(cache: Path) -> None:
+    """The MoE table (about 1 MB of the H100's 2.2 MB cache file) is read, CRC-checked and unpickled when ``moe``
+    is first asked for, not at load: a dense model's process never reads it. Asked for, it is the built table;
+    assigned, the assigned one."""
+    import numpy as np
+
+    fresh = T.build_tables("h100_sxm")
+    assert fresh is not None and fresh.moe is not None
+    T.load_tables("h100_sxm")
+    T.load_tables.cache_clear()
+    hit = T.load_tables("h100_sxm")
+    assert hit is not None and hit._lazy_moe is not None and hit._lazy_moe._loaded == {}
+    _probe(hit)  # the Llama lookups price no MoE
+    assert hit._lazy_moe is not None and hit._lazy_moe._loaded == {}
+    moe = hit.moe
+    assert moe is not None and hit._lazy_moe is None and hit.moe is moe
+    assert moe.cols.keys() == fresh.moe.cols.keys()
+    assert all(np.array_equal(moe.cols[k], fresh.moe.cols[k]) for k in fresh.moe.cols)
+    T.load_tables.cache_clear()
+    other = T.load_tables("h100_sxm")
+    assert other is not None
+    other.moe = None
+    assert other.moe is None and other._lazy_moe is None
 
 
 def test_stale_and_foreign_files_are_not_used(cache: Path) -> None:
