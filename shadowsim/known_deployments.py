@@ -38,8 +38,8 @@ recorded ``server_args`` than the reconstruction are trusted as recorded (`is_re
 **Deployments with assumed parts** (`KnownDeployment.assumed`). The rows below match no configuration of today's
 ``nvidia-master.yaml``; their history (InferenceX's git history, docs/accuracy.md §3.15) establishes most of the
 deployment but not all. They are registered (``dsr1-tmpl-fp4-b200-sglang``, ``dsr1-fp8-b200-sgl-ep8``,
-``dsr1-fp8-b200-sglang-0.5.6``) with each unknown part chosen by a rule stated before any of these rows was simulated
-with it, never by which choice matches the measurements: (1) where the history allows both, the record's own labels
+``dsr1-fp8-b200-sglang-0.5.6``) with each unknown part chosen by a stated rule, not by fit (the rows had been simulated with one candidate
+deployment each while the history was read; the other choice's figures are in docs/accuracy.md §3.15): (1) where the history allows both, the record's own labels
 are true (cfg199's ``ep 8``: the script ran EP8 from d1d2c82b8, hence the v0.5.5 image every ep-8 config named from
 then on); (2) the runner node, which sets the prompt count and warm-up, is the majority of the runner pool's nodes
 able to run the job at the record's dates (node-time weighted where the pool changed): cfg88 / cfg99: the b200 pool
@@ -196,8 +196,8 @@ class KnownDeployment:
     evidence: str = ""
     # the sglang_version column its records carry when it is not ``sglang_version`` ("": the file leaves it blank)
     record_version: str | None = None
-    # the parts of the deployment that no record establishes, each with the rule that chose it (stated before any
-    # simulation of the rows; docs/accuracy.md §3.15): non-empty makes its rows "partly assumed"
+    # the parts of the deployment that no record establishes, each with the rule that chose it (a stated rule, not
+    # a fit; docs/accuracy.md §3.15): non-empty makes its rows "partly assumed"
     assumed: tuple[str, ...] = ()
 
     @property

@@ -238,7 +238,7 @@ class DpAttentionLatency:
         max_len = graph or (not extend_in_batch and total * 2 > mx * self.dp)  # DpPaddingMode
         gathered = mx * self.dp if max_len else total
         logits = sum(len(s.extend_lens) + (graph_bs if graph else s.num_decode) for s in real)
-        gpu = attn + mlp.mlp_side_s(gathered, logits) + self._k_comm * self._comm_s(gathered, logits, graph, max_len)
+        gpu = attn + mlp.mlp_side_s(gathered, logits, graph) + self._k_comm * self._comm_s(gathered, logits, graph, max_len)
         n_req = max(len(s.extend_lens) + s.num_decode for s in real)
         return mlp.finish_step(gpu, cpu, graph, extend_in_batch, n_req)
 

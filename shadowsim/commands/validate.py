@@ -312,13 +312,15 @@ def _print_tables(out: dict[str, Any]) -> None:
                   f" {_fmt(r.get('measured_itl_p50_ms'), 2):>7} {_fmt(r.get('itl_p50_ape_pct')):>6} |"
                   f" {_fmt(r.get('predicted_output_tokens_per_s'), 0):>14} {_fmt(r.get('measured_output_tokens_per_s'), 0):>8}"
                   f" {_fmt(r.get('output_tps_ape_pct')):>6}")
+    from shadowsim.known_deployments import ASSUMPTION_PREFIX, PARTLY_ASSUMED_PREFIX, UNKNOWN_LABEL as unknown
+
     deployments: dict[str, int] = {}
     published: dict[str, int] = {}
-    partly: dict[str, int] = {}  # published deployments with assumed parts (known_deployments.PARTLY_ASSUMED_PREFIX)
+    partly: dict[str, int] = {}  # published deployments with assumed parts (PARTLY_ASSUMED_PREFIX)
     for r in out["rows"]:
         if r.get("published_deployment"):
             name = r["published_deployment"].split(" (")[0].removeprefix("InferenceX ")
-            part = any(a.startswith("published deployment (partly assumed): ") for a in r.get("assumptions", []))
+            part = any(a.startswith(PARTLY_ASSUMED_PREFIX) for a in r.get("assumptions", []))
             (partly if part else published)[name] = (partly if part else published).get(name, 0) + 1
         else:
             deployments[r["deployment"]] = deployments.get(r["deployment"], 0) + 1
@@ -337,7 +339,6 @@ def _print_tables(out: dict[str, Any]) -> None:
     if warned:
         print(f"warning: {len(warned)} row(s) move in lockstep waves in the simulation (lockstep index >= 0.5):"
               f" {', '.join(str(r['id']) for r in warned[:6])}{' ...' if len(warned) > 6 else ''}")
-    from shadowsim.known_deployments import ASSUMPTION_PREFIX, PARTLY_ASSUMED_PREFIX, UNKNOWN_LABEL as unknown
 
     labelled = [r for r in out["rows"] if unknown in r.get("assumptions", [])]
     if labelled:

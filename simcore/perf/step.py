@@ -367,21 +367,24 @@ class StepLatencyModel:
         self._attention_dense_memo[key] = total
         return total
 
-    def mlp_side_s(self, tokens: int, logits: int) -> float:
+    def mlp_side_s(self, tokens: int, logits: int, graph: bool = False) -> float:
         """GPU seconds of the MLP half of a step over ``tokens`` tokens gathered from every attention-DP rank, at
         this model's TP (the whole TP group): dense-MLP and shared-expert GEMMs, the fused MoE (with the costs'
-        expert-parallel layout), the LM head over ``logits`` rows and sampling. Collectives are the caller's
-        (simcore/dp_attention.py prices the DP gather/scatter and the logits gather). Profile scales applied."""
+        expert-parallel layout; ``graph``: a step replayed from a CUDA graph prices it as `_moe_graph_layers_s`
+        does, without the fp8 prefill factor), the LM head over ``logits`` rows and sampling. Collectives are the
+        caller's (simcore/dp_attention.py prices the DP gather/scatter and the logits gather). Profile scales
+        applied."""
         if tokens <= 0:
             return 0.0
-        key = (tokens, logits)
+        key = (tokens, logits, graph)
         hit = self._mlp_memo.get(key)
         if hit is not None:
             return hit
         sh = self.shapes
         gemm_ms = sum([cv(tokens) for cv in self._dense_curves]) * sh.num_dense_layers
         gemm_ms += sum([cv(tokens) for cv in self._shared_curves]) * sh.num_moe_layers
-        total = (self._k_gemm * (gemm_ms * 1e-3 + self._head_s(logits)) + self._k_moe * self._moe_layers_s(tokens)
+        moe_s = self._moe_graph_layers_s(tokens) if graph else self._moe_layers_s(tokens)
+        total = (self._k_gemm * (gemm_ms * 1e-3 + self._head_s(logits)) + self._k_moe * moe_s
                  + self._k_ew * self._head_elementwise_s(tokens, logits))
         if len(self._mlp_memo) >= MEMO_LIMIT:  # bounded in a long live run, as the whole-step memo
             self._mlp_memo.clear()
@@ -407,5 +410,5 @@ class StepLatencyModel:
             "elementwise": L * c.elementwise_s(m * sh.elementwise_bytes_per_token, _EW_KERNELS),
         }
         if sh.num_moe_layers:
-            out["moe"] = self._moe_layers_s(m)
+            out["moe"] = self._moe_graph_layers_s(m) if graph else self._moe_layers_s(m)
         return out

@@ -268,7 +268,7 @@ def test_idle_ranks_pay_the_moe_of_a_cuda_graph_step() -> None:
     dec = BatchShape((), (), 4, 4 * 300)
     L = lat.mlp.shapes.num_layers
     tp_allreduce = lat.mlp.costs.tp_allreduce_s
-    want = (lat.attention.attention_side_s(dec, 4, True) + lat.mlp.mlp_side_s(32, 4)
+    want = (lat.attention.attention_side_s(dec, 4, True) + lat.mlp.mlp_side_s(32, 4, True)
             + lat._k_comm * (L * tp_allreduce(32 * 7168 * 2.0, 8, True) + tp_allreduce(4 * 129280 * 2.0 / 8, 8, True))
             + lat.profile.step_overhead_s + lat.profile.gpu_per_req_s * 4)
     one = lat.step_time_ranks([dec] + [None] * 7).gpu_s
@@ -276,7 +276,7 @@ def test_idle_ranks_pay_the_moe_of_a_cuda_graph_step() -> None:
     # eight busy ranks of 4 rows gather the same 32 tokens through the MoE: only the LM head (32 logit rows
     # instead of 4) makes the step dearer than one busy rank's
     eight = lat.step_time_ranks([dec] * 8).gpu_s
-    head = (lat.mlp.mlp_side_s(32, 32) - lat.mlp.mlp_side_s(32, 4)
+    head = (lat.mlp.mlp_side_s(32, 32) - lat.mlp.mlp_side_s(32, 4, True)
             + lat._k_comm * (tp_allreduce(32 * 129280 * 2.0 / 8, 8, True)
                              - tp_allreduce(4 * 129280 * 2.0 / 8, 8, True)))
     assert abs(eight - one - head) < 1e-12

@@ -203,7 +203,7 @@ def test_deepseek_verify_is_the_slowest_rank_attention_plus_moe_on_every_ranks_d
     tp_allreduce = v.mlp.costs.tp_allreduce_s  # over the whole TP group of 8 (ParallelCosts)
     comm = L * tp_allreduce(96 * 7168 * 2.0, 8, True) + tp_allreduce(24 * 129280 * 2.0 / 8, 8, True)
     prof = v.profile
-    verify = (attn + v.mlp.mlp_side_s(96, 24) + v._k_comm * comm
+    verify = (attn + v.mlp.mlp_side_s(96, 24, True) + v._k_comm * comm
               + prof.step_overhead_s + prof.gpu_per_req_s * 12)
     assert abs(v.step_time_ranks([BatchShape((), (), 12, 1500), BatchShape((), (), 4, 800)] + [None] * 6).gpu_s
                - verify) < 1e-15

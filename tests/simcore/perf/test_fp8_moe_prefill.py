@@ -159,3 +159,30 @@ def test_graph_replayed_calls_keep_the_table_and_the_same_batch_eager_scales() -
     sh = scaled.shapes
     assert scaled.costs.moe_graph_s(512, sh.hidden, sh.moe_inter, sh.top_k, sh.num_experts, "fp8_block",
                                     tp=8) == _moe(plain, 512)
+
+
+def test_a_dp_attention_graph_step_keeps_the_table_and_its_extend_step_scales() -> None:
+    # DP attention (TP8, DP8): the MLP half runs on the tokens gathered from every rank. A decode step replayed from
+    # a CUDA graph (64 rows per rank → 512 gathered tokens, above the 256 decode sizes) keeps the table's MoE; an
+    # extend step of the same gathered size runs eagerly and pays the factor (simcore/dp_attention.py
+    # step_time_ranks → StepLatencyModel.mlp_side_s(tokens, logits, graph)).
+    from simcore.dp_attention import build_dp_attention_latency
+    from simcore.settings import ServerSettings, resolve
+
+    gpu = load_gpu("b200")
+    settings = resolve(ServerSettings(tp_size=8, dp_size=8, enable_dp_attention=True), gpu.memory_bytes)
+    base = default_profile().model_copy(update={"fp8_moe_prefill_scale": 0.0})
+    plain = build_dp_attention_latency(DSR1, gpu, settings, "fp8", profile=base)
+    scaled = build_dp_attention_latency(DSR1, gpu, settings, "fp8",
+                                        profile=base.model_copy(update={"fp8_moe_prefill_scale": S}))
+    decode = [BatchShape((), (), 64, 64 * 1000)] * 8
+    assert scaled.step_time_ranks(decode).gpu_s == plain.step_time_ranks(decode).gpu_s
+    assert scaled.mlp.mlp_side_s(512, 64, True) == plain.mlp.mlp_side_s(512, 64, True)
+    # the eager MLP half over the same 512 tokens: longer by exactly the MoE layers' excess × (S − 1)
+    layers = scaled.mlp.shapes.num_moe_layers  # 58 of DeepSeek-R1's 61
+    excess = (_moe(scaled.mlp, 512) - _moe(plain.mlp, 512)) * layers * scaled.mlp._k_moe
+    assert excess > 0
+    got = scaled.mlp.mlp_side_s(512, 64, False) - plain.mlp.mlp_side_s(512, 64, False)
+    assert abs(got - excess) < 1e-12
+    prefill = [BatchShape((4096,), (0,), 0, 0)] + [None] * 7
+    assert scaled.step_time_ranks(prefill).gpu_s > plain.step_time_ranks(prefill).gpu_s
