@@ -129,12 +129,16 @@ def priority_of(req: Any, sign: int) -> int:
 # ---- queue ordering ---------------------------------------------------------------------------------------
 def active_policy(settings: ServerSettings, num_waiting: int) -> str:
     """The policy of one pass: LPM falls back to FCFS above 128 waiting; cache-aware → FCFS without a cache."""
-    pol = settings.policy
-    if pol in ("lpm", "dfs-weight") and settings.disable_radix_cache:
+    return _pass_policy(settings.policy, settings.disable_radix_cache, settings.lpm_fallback_queue_len, num_waiting)
+
+
+def _pass_policy(policy: str, disable_radix_cache: bool, lpm_fallback_queue_len: int, num_waiting: int) -> str:
+    """`active_policy` from the settings' values (`order_waiting` reads them once per settings object)."""
+    if policy in ("lpm", "dfs-weight") and disable_radix_cache:
         return "fcfs"
-    if pol == "lpm" and num_waiting > settings.lpm_fallback_queue_len:
+    if policy == "lpm" and num_waiting > lpm_fallback_queue_len:
         return "fcfs"
-    return pol
+    return policy
 
 
 def _key_tokens(req: SchedReq, elems: int) -> int:
@@ -235,11 +239,8 @@ def order_waiting(waiting: list[Any], settings: ServerSettings, rng: np.random.G
     whole fill, without the ``len − 1`` cap of admission; it is called for every waiting request under
     cache-aware policies only.
     """
-    pol, no_radix, fallback_len, priority = _policy_settings(settings)
-    if pol in ("lpm", "dfs-weight") and no_radix:  # active_policy(settings, len(waiting)), from the values
-        pol = "fcfs"
-    elif pol == "lpm" and len(waiting) > fallback_len:
-        pol = "fcfs"
+    policy, no_radix, fallback_len, priority = _policy_settings(settings)
+    pol = _pass_policy(policy, no_radix, fallback_len, len(waiting))
     if priority and pol in ("fcfs", "lof"):
         # §2.4/§2.9: priority first (sign −1: higher value first), then wait-queue entry time (fcfs) or
         # −max_new (lof; stable sort keeps queue order among equals)
